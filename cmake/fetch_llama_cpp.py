@@ -1,0 +1,95 @@
+"""Fetch the pinned llama.cpp source tree and print its path.
+
+llama.cpp is taken from the llama-cpp-python sdist (its ``vendor/llama.cpp``),
+downloaded with pip from the configured package index, checked against a pinned
+sha256 and unpacked once into a cache directory outside the source tree.
+
+Usage: python fetch_llama_cpp.py [CACHE_DIR]
+Environment: MTP_LLM_CACHE_DIR overrides the cache location.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+SDIST_NAME = "llama-cpp-python"
+SDIST_VERSION = "0.3.36"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+VENDOR_PREFIX = f"llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp/"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("MTP_LLM_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "mtp_llm"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download_sdist(dest: Path) -> Path:
+    archive = dest / f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
+    if archive.exists() and sha256_of(archive) == SDIST_SHA256:
+        return archive
+    with tempfile.TemporaryDirectory(dir=dest) as tmp:
+        # --no-build-isolation: only the metadata step runs, with no build
+        # dependencies compiled from source.
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+            "--no-binary", SDIST_NAME, "--no-build-isolation",
+            f"{SDIST_NAME}=={SDIST_VERSION}", "-d", tmp,
+        ]
+        subprocess.run(cmd, check=True, stdout=sys.stderr)
+        (downloaded,) = Path(tmp).glob("*.tar.gz")
+        digest = sha256_of(downloaded)
+        if digest != SDIST_SHA256:
+            raise SystemExit(
+                f"sha256 mismatch for {downloaded.name}: got {digest}, expected {SDIST_SHA256}"
+            )
+        downloaded.replace(archive)
+    return archive
+
+
+def unpack_vendor_tree(archive: Path, target: Path) -> None:
+    partial = target.with_name(target.name + ".partial")
+    if partial.exists():
+        import shutil
+
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            if not member.name.startswith(VENDOR_PREFIX):
+                continue
+            member.name = member.name[len(VENDOR_PREFIX):]
+            if member.name:
+                tar.extract(member, partial, filter="data")
+    partial.rename(target)
+
+
+def ensure_llama_cpp(cache_dir: Path) -> Path:
+    target = cache_dir / f"llama.cpp-{SDIST_VERSION}-{SDIST_SHA256[:12]}"
+    if (target / "include" / "llama.h").exists():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    archive = download_sdist(cache_dir)
+    unpack_vendor_tree(archive, target)
+    return target
+
+
+if __name__ == "__main__":
+    cache = Path(sys.argv[1]) if len(sys.argv) > 1 else default_cache_dir()
+    print(ensure_llama_cpp(cache))

@@ -1,0 +1,57 @@
+"""mtp_llm: llama.cpp's native MTP speculative decoding for Python, LangChain and LlamaIndex.
+
+>>> from mtp_llm import Model, MTP
+>>> session = MTP(Model.load_default(), n_draft=3)
+>>> text = session.generate("To be, or not to be", max_tokens=32, temp=0)
+>>> session.stats().acceptance_rate  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    ContextOverflowError,
+    DecodeError,
+    GenerationCancelledError,
+    GenerationTimeoutError,
+    GrammarError,
+    IncompatibleDraftError,
+    InvalidOptionError,
+    InvalidPromptError,
+    MissingMTPHeadError,
+    ModelLoadError,
+    MTPError,
+    SessionBusyError,
+)
+from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
+from .model import Model
+from .options import GenerationOptions
+from .session import MTP
+from .stats import STATS_KEY, MTPStats, TimingUs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MTP",
+    "STATS_KEY",
+    "ContextOverflowError",
+    "DecodeError",
+    "DoneEvent",
+    "EogEvent",
+    "Event",
+    "GenerationCancelledError",
+    "GenerationOptions",
+    "GenerationTimeoutError",
+    "GrammarError",
+    "IncompatibleDraftError",
+    "InvalidOptionError",
+    "InvalidPromptError",
+    "MTPError",
+    "MTPStats",
+    "MissingMTPHeadError",
+    "Model",
+    "ModelLoadError",
+    "SessionBusyError",
+    "StatsEvent",
+    "TimingUs",
+    "TokenEvent",
+]

@@ -1,0 +1,140 @@
+"""The ``mtp-llm`` command line: generate with MTP and show the speculative stats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from .errors import MTPError
+
+
+def _add_session_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="target GGUF (default: the built-in model)")
+    p.add_argument("--draft-model", help="MTP sidecar GGUF (mtp-*.gguf) for a trunk-only target")
+    p.add_argument("--n-draft", type=int, default=3, help="max draft tokens per iteration (default 3)")
+    p.add_argument("--no-mtp", action="store_true", help="plain decoding (n_draft=0)")
+    p.add_argument("--n-ctx", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=None, help="decode threads (default: all cores)")
+
+
+def _open_session(args: argparse.Namespace):  # noqa: ANN202 - returns MTP
+    from .model import Model
+    from .session import MTP
+
+    model = Model.load(args.model) if args.model else Model.load_default()
+    draft = Model.load(args.draft_model) if args.draft_model else None
+    n_draft = 0 if args.no_mtp else args.n_draft
+    return MTP(model, draft_model=draft, n_draft=n_draft, n_ctx=args.n_ctx, n_threads=args.threads)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .events import DoneEvent, TokenEvent
+
+    session = _open_session(args)
+    options = dict(max_tokens=args.max_tokens, temp=args.temp, seed=args.seed, stop=args.stop or None)
+    done = None
+    out = sys.stdout
+    for event in session.stream_events(args.prompt, **options):
+        if type(event) is TokenEvent and event.text:
+            out.write(event.text)
+            out.flush()
+        elif isinstance(event, DoneEvent):
+            done = event
+    out.write("\n")
+    assert done is not None
+    if args.json:
+        print(json.dumps({"finish_reason": done.finish_reason, "stats": done.stats.to_dict()}, indent=2))
+    else:
+        print(f"\n[{done.finish_reason}] {done.stats.summary()}", file=sys.stderr if args.quiet_stats else sys.stdout)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .model import Model
+
+    model = Model.load(args.model) if args.model else Model.load_default()
+    info = {
+        "path": str(model.path),
+        "architecture": model.architecture,
+        "description": model.description,
+        "n_params": model.n_params,
+        "n_vocab": model.n_vocab,
+        "n_embd": model.n_embd,
+        "n_layer": model.n_layer,
+        "n_ctx_train": model.n_ctx_train,
+        "n_mtp_heads": model.n_mtp_heads,
+        "has_mtp_head": model.has_mtp_head,
+        "chat_template": model.chat_template is not None,
+    }
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def cmd_make_test_models(args: argparse.Namespace) -> int:
+    from .tiny_models import make_tiny_models
+
+    for name, path in make_tiny_models(args.out_dir).items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    from .gguf_hyv3 import split_mtp
+
+    trunk, sidecar = split_mtp(args.model, args.out_dir)
+    print(f"trunk: {trunk}\nsidecar: {sidecar}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mtp-llm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="stream a completion, then print the MTP stats")
+    _add_session_args(gen)
+    gen.add_argument("--max-tokens", type=int, default=128)
+    gen.add_argument("--temp", type=float, default=0.0, help="0 = greedy (default)")
+    gen.add_argument("--seed", type=int, default=0xFFFFFFFF)
+    gen.add_argument("--stop", action="append", help="stop string (repeatable)")
+    gen.add_argument("--json", action="store_true", help="print the stats as JSON")
+    gen.add_argument("--quiet-stats", action="store_true", help="print the stats line to stderr")
+    gen.add_argument("prompt")
+    gen.set_defaults(func=cmd_generate)
+
+    info = sub.add_parser("info", help="print a model's metadata")
+    info.add_argument("--model")
+    info.set_defaults(func=cmd_info)
+
+    mk = sub.add_parser("make-test-models", help="write the tiny test models into a directory")
+    mk.add_argument("out_dir")
+    mk.set_defaults(func=cmd_make_test_models)
+
+    split = sub.add_parser("split", help="split an embedded hy_v3 model into trunk + mtp- sidecar")
+    split.add_argument("model")
+    split.add_argument("out_dir")
+    split.set_defaults(func=cmd_split)
+
+    try:
+        from .bench import add_bench_parser
+    except ImportError:
+        pass
+    else:
+        add_bench_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except MTPError as exc:
+        print(f"mtp-llm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Exceptions raised by mtp_llm. Every one is an :class:`MTPError`.
+
+The native engine checks user input before llama.cpp can abort the process and
+raises the matching subclass with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+
+class MTPError(Exception):
+    """Base class of every mtp_llm error."""
+
+
+class ModelLoadError(MTPError, OSError):
+    """The model file is missing, unreadable, not a GGUF, or llama.cpp refused it."""
+
+
+class MissingMTPHeadError(MTPError):
+    """MTP was requested but no usable MTP head is loaded (none in the file,
+    trunk-only file without a sidecar, or loaded with ``load_mtp=False``)."""
+
+
+class IncompatibleDraftError(MTPError, ValueError):
+    """The sidecar draft model does not match the target (width, vocabulary, architecture)."""
+
+
+class ContextOverflowError(MTPError, ValueError):
+    """The prompt plus ``max_tokens`` does not fit in the session's context."""
+
+
+class InvalidPromptError(MTPError, ValueError):
+    """The prompt is empty, has token ids outside the vocabulary, or has no content."""
+
+
+class InvalidOptionError(MTPError, ValueError):
+    """An option value is out of range or of the wrong type."""
+
+
+class GrammarError(MTPError, ValueError):
+    """The GBNF grammar does not parse."""
+
+
+class SessionBusyError(MTPError, RuntimeError):
+    """A generation is already running on this session in the same thread."""
+
+
+class GenerationTimeoutError(MTPError, TimeoutError):
+    """The generation ran past its ``timeout``; the session stays usable."""
+
+
+class GenerationCancelledError(MTPError):
+    """The generation was cancelled with :meth:`MTP.cancel`; the session stays usable."""
+
+
+class DecodeError(MTPError, RuntimeError):
+    """llama.cpp failed while decoding (out of memory, backend failure)."""
+
+
+__all__ = [
+    "ContextOverflowError",
+    "DecodeError",
+    "GenerationCancelledError",
+    "GenerationTimeoutError",
+    "GrammarError",
+    "IncompatibleDraftError",
+    "InvalidOptionError",
+    "InvalidPromptError",
+    "MTPError",
+    "MissingMTPHeadError",
+    "ModelLoadError",
+    "SessionBusyError",
+]

@@ -1,0 +1,43 @@
+"""Typed events yielded by :meth:`MTP.stream_events`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .stats import MTPStats
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token. ``text`` is valid UTF-8 and may be empty while the
+    bytes of a split character or a possible stop string are held back; the
+    texts of all token events join to the full output."""
+
+    id: int
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StatsEvent:
+    """Stats of the running call, every ``emit_stats_every`` tokens."""
+
+    stats: MTPStats
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EogEvent:
+    """The model emitted an end-of-generation token (also sent as a TokenEvent)."""
+
+    token: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DoneEvent:
+    """The call finished; always the last event. ``finish_reason`` is
+    ``"eog"``, ``"length"`` (max_tokens) or ``"stop"`` (a stop string)."""
+
+    stats: MTPStats
+    finish_reason: str
+
+
+Event = TokenEvent | StatsEvent | EogEvent | DoneEvent

@@ -1,0 +1,265 @@
+"""Write and split hy_v3 GGUF files with an MTP (nextn) head.
+
+hy_v3 is the simplest architecture llama.cpp runs with an MTP head: a dense
+pre-norm transformer (RMSNorm, QK-norm, NEOX rope, SwiGLU) whose extra last
+block predicts token t+2 from the trunk's post-norm hidden state at t and the
+embedding of token t+1. This module writes such models from numpy arrays (the
+tiny test models and the trained default model use it) and splits an embedded
+model into a trunk-only file plus an ``mtp-`` sidecar.
+
+Tensors are given with their GGUF names and PyTorch ``nn.Linear`` layout
+(out_features, in_features); the writer stores them as ggml expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+ARCH = "hy_v3"
+Part = Literal["full", "trunk", "mtp"]
+FileType = Literal["f32", "f16"]
+
+_GGUF_FILE_TYPE = {"f32": 0, "f16": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class HyV3Config:
+    """Shape of a dense hy_v3 model with ``n_nextn`` MTP heads."""
+
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_nextn: int = 1
+    n_ctx_train: int = 4096
+    rope_freq_base: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    name: str = "mtp-llm-tiny"
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def block_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Per-block tensor shapes in PyTorch layout, keyed by suffix."""
+        hd, e = self.head_dim, self.n_embd
+        return {
+            "attn_norm.weight": (e,),
+            "attn_q.weight": (self.n_head * hd, e),
+            "attn_k.weight": (self.n_head_kv * hd, e),
+            "attn_v.weight": (self.n_head_kv * hd, e),
+            "attn_output.weight": (e, self.n_head * hd),
+            "attn_q_norm.weight": (hd,),
+            "attn_k_norm.weight": (hd,),
+            "ffn_norm.weight": (e,),
+            "ffn_gate.weight": (self.n_ff, e),
+            "ffn_up.weight": (self.n_ff, e),
+            "ffn_down.weight": (e, self.n_ff),
+        }
+
+    def nextn_shapes(self) -> dict[str, tuple[int, ...]]:
+        e = self.n_embd
+        return {
+            "nextn.eh_proj.weight": (e, 2 * e),
+            "nextn.enorm.weight": (e,),
+            "nextn.hnorm.weight": (e,),
+            "nextn.shared_head_norm.weight": (e,),
+        }
+
+    def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor of the embedded model (tied output head)."""
+        shapes: dict[str, tuple[int, ...]] = {
+            "token_embd.weight": (self.n_vocab, self.n_embd),
+            "output_norm.weight": (self.n_embd,),
+        }
+        for i in range(self.n_layer + self.n_nextn):
+            for suffix, shape in self.block_shapes().items():
+                shapes[f"blk.{i}.{suffix}"] = shape
+        for i in range(self.n_layer, self.n_layer + self.n_nextn):
+            for suffix, shape in self.nextn_shapes().items():
+                shapes[f"blk.{i}.{suffix}"] = shape
+        return shapes
+
+
+@dataclasses.dataclass(frozen=True)
+class BpeVocab:
+    """A byte-level BPE vocabulary (llama.cpp tokenizer model ``gpt2``).
+
+    ``tokens`` are in GPT-2's byte-to-unicode form, as in a Hugging Face
+    ``tokenizer.json``; ``token_types`` use llama.cpp's values (1 normal,
+    3 control, 6 byte); at least one merge is required by llama.cpp.
+    """
+
+    tokens: Sequence[str]
+    token_types: Sequence[int]
+    merges: Sequence[str]
+    bos_id: int
+    eos_id: int
+    pre: str = "gpt2"
+    add_bos: bool = False
+
+
+def _is_trunk_tensor(name: str, config: HyV3Config) -> bool:
+    if not name.startswith("blk."):
+        return True
+    return int(name.split(".")[1]) < config.n_layer
+
+
+def _part_tensors(name: str, config: HyV3Config, part: Part) -> bool:
+    if part == "full":
+        return True
+    shared = name in ("token_embd.weight", "output_norm.weight", "output.weight")
+    if part == "trunk":
+        return _is_trunk_tensor(name, config)
+    return shared or not _is_trunk_tensor(name, config)
+
+
+def write_hy_v3(
+    path: str | Path,
+    config: HyV3Config,
+    tensors: Mapping[str, np.ndarray],
+    vocab: BpeVocab,
+    *,
+    part: Part = "full",
+    file_type: FileType = "f32",
+    chat_template: str | None = None,
+) -> Path:
+    """Write ``tensors`` as a hy_v3 GGUF.
+
+    ``part`` selects the embedded model ("full"), the trunk only ("trunk", the
+    MTP head declared in metadata but stored elsewhere) or the ``mtp-`` sidecar
+    ("mtp": embeddings, final norm and the head, no trunk blocks).
+    Norm weights always stay f32; matrices follow ``file_type``.
+    """
+    import gguf
+
+    path = Path(path)
+    expected = config.tensor_shapes()
+    missing = [n for n in expected if n not in tensors]
+    if missing:
+        raise ValueError(f"missing tensors: {missing[:5]}")
+    for name, array in tensors.items():
+        want = expected.get(name) if name != "output.weight" else (config.n_vocab, config.n_embd)
+        if want is None:
+            raise ValueError(f"unexpected tensor {name!r}")
+        if tuple(array.shape) != want:
+            raise ValueError(f"{name}: shape {array.shape}, expected {want}")
+
+    writer = gguf.GGUFWriter(str(path), ARCH)
+    writer.add_name(config.name)
+    writer.add_file_type(_GGUF_FILE_TYPE[file_type])
+    writer.add_context_length(config.n_ctx_train)
+    writer.add_embedding_length(config.n_embd)
+    writer.add_block_count(config.n_layer + config.n_nextn)
+    writer.add_nextn_predict_layers(config.n_nextn)
+    writer.add_feed_forward_length(config.n_ff)
+    writer.add_expert_feed_forward_length(config.n_ff)
+    writer.add_head_count(config.n_head)
+    writer.add_head_count_kv(config.n_head_kv)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(config.rope_freq_base)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(vocab.pre)
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_types(list(vocab.token_types))
+    writer.add_token_merges(list(vocab.merges))
+    writer.add_bos_token_id(vocab.bos_id)
+    writer.add_eos_token_id(vocab.eos_id)
+    writer.add_add_bos_token(vocab.add_bos)
+    if chat_template:
+        writer.add_chat_template(chat_template)
+
+    for name, array in tensors.items():
+        if not _part_tensors(name, config, part):
+            continue
+        data = np.ascontiguousarray(array, dtype=np.float32)
+        if file_type == "f16" and data.ndim == 2:
+            data = data.astype(np.float16)
+        writer.add_tensor(name, data)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def read_hy_v3(path: str | Path) -> tuple[HyV3Config, dict[str, np.ndarray], BpeVocab, str | None]:
+    """Read a hy_v3 GGUF written by :func:`write_hy_v3` back into numpy arrays."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+
+    def field(key: str):  # noqa: ANN202 - gguf field values are heterogenous
+        f = reader.fields.get(key)
+        return None if f is None else f.contents()
+
+    arch = field("general.architecture")
+    if arch != ARCH:
+        raise ValueError(f"{path}: architecture {arch!r}, expected {ARCH!r}")
+    n_layer_all = int(field(f"{ARCH}.block_count"))
+    n_nextn = int(field(f"{ARCH}.nextn_predict_layers") or 0)
+    config = HyV3Config(
+        n_vocab=len(field("tokenizer.ggml.tokens")),
+        n_embd=int(field(f"{ARCH}.embedding_length")),
+        n_layer=n_layer_all - n_nextn,
+        n_head=int(field(f"{ARCH}.attention.head_count")),
+        n_head_kv=int(field(f"{ARCH}.attention.head_count_kv")),
+        n_ff=int(field(f"{ARCH}.feed_forward_length")),
+        n_nextn=n_nextn,
+        n_ctx_train=int(field(f"{ARCH}.context_length")),
+        rope_freq_base=float(field(f"{ARCH}.rope.freq_base") or 10000.0),
+        rms_norm_eps=float(field(f"{ARCH}.attention.layer_norm_rms_epsilon")),
+        name=str(field("general.name") or "model"),
+    )
+    vocab = BpeVocab(
+        tokens=list(field("tokenizer.ggml.tokens")),
+        token_types=[int(t) for t in field("tokenizer.ggml.token_type")],
+        merges=list(field("tokenizer.ggml.merges")),
+        bos_id=int(field("tokenizer.ggml.bos_token_id")),
+        eos_id=int(field("tokenizer.ggml.eos_token_id")),
+        pre=str(field("tokenizer.ggml.pre")),
+        add_bos=bool(field("tokenizer.ggml.add_bos_token")),
+    )
+    tensors = {
+        t.name: np.array(t.data, dtype=np.float32).reshape(tuple(reversed([int(d) for d in t.shape])))
+        for t in reader.tensors
+    }
+    return config, tensors, vocab, field("tokenizer.chat_template")
+
+
+def split_mtp(embedded: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
+    """Split an embedded hy_v3 model into ``NAME-trunk.gguf`` and ``mtp-NAME-trunk.gguf``.
+
+    This is the layout of checkpoints that ship the MTP head as a sidecar: load
+    the trunk as the target and the sidecar as ``draft_model``.
+    """
+    embedded = Path(embedded)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config, tensors, vocab, template = read_hy_v3(embedded)
+    if config.n_nextn < 1:
+        raise ValueError(f"{embedded} has no MTP head to split off")
+    file_type: FileType = "f16" if any(
+        t.ndim == 2 and t.dtype == np.float16 for t in _raw_tensor_dtypes(embedded)
+    ) else "f32"
+    trunk = out_dir / f"{embedded.stem}-trunk.gguf"
+    sidecar = out_dir / f"mtp-{embedded.stem}-trunk.gguf"
+    write_hy_v3(trunk, config, tensors, vocab, part="trunk", file_type=file_type, chat_template=template)
+    write_hy_v3(sidecar, config, tensors, vocab, part="mtp", file_type=file_type, chat_template=template)
+    return trunk, sidecar
+
+
+def _raw_tensor_dtypes(path: Path) -> list[np.ndarray]:
+    import gguf
+
+    return [np.empty((1, 1), dtype=t.data.dtype) for t in gguf.GGUFReader(str(path)).tensors]

@@ -1,0 +1,175 @@
+"""A loaded GGUF model: metadata, tokenizer and chat template."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import _core
+from .errors import InvalidOptionError, InvalidPromptError
+
+Message = Mapping[str, Any] | tuple[str, str]
+
+
+class Model:
+    """A GGUF model loaded by llama.cpp. Create it with :meth:`Model.load`.
+
+    The weights stay loaded while any :class:`~mtp_llm.MTP` session or
+    reference uses the model; several sessions can share one model.
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: _core.Model) -> None:
+        self._native = native
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        load_mtp: bool = True,
+        n_gpu_layers: int = 0,
+        use_mmap: bool = True,
+        use_mlock: bool = False,
+    ) -> Model:
+        """Load a GGUF file.
+
+        Args:
+            path: the ``.gguf`` file (a target with an embedded MTP head, a
+                trunk-only target, or an ``mtp-*.gguf`` sidecar).
+            load_mtp: load the MTP head's tensors (needed for speculation).
+            n_gpu_layers: layers to offload to a GPU backend (0 on CPU builds).
+            use_mmap: map the file instead of reading it.
+            use_mlock: lock the weights in RAM.
+        """
+        return cls(_core.Model(os.fspath(path), load_mtp, n_gpu_layers, use_mmap, use_mlock))
+
+    @classmethod
+    def load_default(cls, **kwargs: Any) -> Model:
+        """Load the built-in default model (shipped with the package)."""
+        from .default_model import default_model_path
+
+        return cls.load(default_model_path(), **kwargs)
+
+    @property
+    def path(self) -> Path:
+        return Path(self._native.path)
+
+    @property
+    def architecture(self) -> str:
+        """GGUF ``general.architecture``, e.g. ``hy_v3``."""
+        return self._native.architecture
+
+    @property
+    def description(self) -> str:
+        return self._native.description
+
+    @property
+    def n_vocab(self) -> int:
+        return self._native.n_vocab
+
+    @property
+    def n_embd(self) -> int:
+        """Hidden size."""
+        return self._native.n_embd
+
+    @property
+    def n_ctx_train(self) -> int:
+        """Context length the model was trained with."""
+        return self._native.n_ctx_train
+
+    @property
+    def n_layer(self) -> int:
+        return self._native.n_layer
+
+    @property
+    def n_mtp_heads(self) -> int:
+        """Number of MTP (nextn) heads declared by the model (0 = none)."""
+        return self._native.n_mtp_heads
+
+    @property
+    def has_mtp_head(self) -> bool:
+        """True when the file itself carries MTP head tensors."""
+        return self._native.has_mtp_head
+
+    @property
+    def is_mtp_sidecar(self) -> bool:
+        """True for an ``mtp-*.gguf`` file that holds only the head."""
+        return self._native.is_mtp_sidecar
+
+    @property
+    def load_mtp(self) -> bool:
+        return self._native.load_mtp
+
+    @property
+    def n_params(self) -> int:
+        return self._native.n_params
+
+    @property
+    def size_bytes(self) -> int:
+        return self._native.size_bytes
+
+    @property
+    def chat_template(self) -> str | None:
+        """The GGUF's Jinja chat template, or None."""
+        return self._native.chat_template
+
+    @property
+    def token_bos(self) -> int:
+        return self._native.token_bos
+
+    @property
+    def token_eos(self) -> int:
+        return self._native.token_eos
+
+    def is_eog(self, token: int) -> bool:
+        """True if ``token`` ends generation (EOS, EOT, ...)."""
+        return self._native.is_eog(token)
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Tokenize ``text``; ``parse_special`` turns ``<|...|>`` markers into special tokens."""
+        if not isinstance(text, str):
+            raise InvalidPromptError(f"text must be a str (got {type(text).__name__})")
+        return self._native.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens: Sequence[int], *, render_special: bool = False) -> str:
+        return self._native.detokenize(list(tokens), render_special)
+
+    def token_piece(self, token: int) -> bytes:
+        """Raw bytes of one token (may be part of a multi-byte character)."""
+        return self._native.token_piece(token, False)
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool = True,
+        chat_template: str | None = None,
+    ) -> str:
+        """Render chat messages into a prompt with the GGUF's template (or ``chat_template``).
+
+        Messages are ``{"role": ..., "content": ...}`` mappings or ``(role, content)`` pairs.
+        """
+        pairs = [_as_pair(m) for m in messages]
+        return self._native.apply_chat_template(pairs, add_generation_prompt, chat_template or "")
+
+    def __repr__(self) -> str:
+        return (
+            f"Model(path={str(self.path)!r}, architecture={self.architecture!r}, "
+            f"n_embd={self.n_embd}, n_mtp_heads={self.n_mtp_heads})"
+        )
+
+
+def _as_pair(message: Message) -> tuple[str, str]:
+    if isinstance(message, tuple) and len(message) == 2:
+        role, content = message
+    elif isinstance(message, Mapping):
+        role, content = message.get("role"), message.get("content")
+    else:
+        raise InvalidOptionError(f"a chat message must be a mapping or a (role, content) pair, got {message!r}")
+    if not isinstance(role, str) or not isinstance(content, str):
+        raise InvalidOptionError(f"chat message role and content must be strings, got {message!r}")
+    return role, content

@@ -1,0 +1,355 @@
+"""MTP speculative-decoding sessions: the Python face of the native engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from . import _core
+from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
+from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
+from .model import Model
+from .options import GenerationOptions
+from .stats import MTPStats
+
+Prompt = str | bytes | Sequence[int]
+
+_CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+_ROLLBACK = ("auto", "rs", "checkpoint")
+
+
+class _GenerationLock:
+    """One generation per session: other threads wait, re-entry from the owner raises."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: object | None = None
+
+    def _busy_error(self) -> SessionBusyError:
+        return SessionBusyError(
+            "a generation is already running on this session in this thread (an unfinished stream?): "
+            "exhaust or close it first, or use another MTP session"
+        )
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        owner = threading.get_ident()
+        if self._owner == owner:
+            raise self._busy_error()
+        self._lock.acquire()
+        self._owner = owner
+        try:
+            yield
+        finally:
+            self._owner = None
+            self._lock.release()
+
+    async def acquire_async(self, owner: object) -> None:
+        # Polling keeps cancellation safe: a cancelled waiter never owns the lock.
+        if self._owner == owner:
+            raise self._busy_error()
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(0.002)
+        self._owner = owner
+
+    def release(self) -> None:
+        self._owner = None
+        self._lock.release()
+
+
+class MTP:
+    """A speculative-decoding session: target context, MTP draft context and
+    llama.cpp's draft-mtp state, plus the target sampler.
+
+    One generation runs at a time; calls from other threads wait their turn.
+    Statistics accumulate across calls (see :meth:`stats`).
+
+    Args:
+        model: the target model (with an embedded MTP head unless ``draft_model``).
+        draft_model: a sidecar model holding the MTP head (``mtp-*.gguf``),
+            loaded with ``load_mtp=True``.
+        n_draft: maximum draft tokens per iteration; 0 = plain decoding.
+        n_ctx: context size of both contexts.
+        n_batch: maximum tokens per decode call (prompt chunk size).
+        n_threads: decode threads (default: all cores).
+        n_threads_batch: prompt/verify threads (default: n_threads).
+        flash_attn: None = auto, True/False to force.
+        type_k, type_v: KV cache types ("f16", "q8_0", ...), both contexts.
+        offload_kqv: keep KV cache and attention on the GPU backend.
+        rollback: for hybrid (recurrent) targets, "rs" rolls back recurrent
+            state in place, "checkpoint" saves/restores it each round;
+            "auto" = "rs".
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        draft_model: Model | None = None,
+        n_draft: int = 3,
+        n_ctx: int = 2048,
+        n_batch: int = 512,
+        n_threads: int | None = None,
+        n_threads_batch: int | None = None,
+        flash_attn: bool | None = None,
+        type_k: str | None = None,
+        type_v: str | None = None,
+        offload_kqv: bool = True,
+        rollback: str = "auto",
+        defaults: GenerationOptions | None = None,
+    ) -> None:
+        if not isinstance(model, Model):
+            raise InvalidOptionError(f"model must be an mtp_llm.Model (got {type(model).__name__})")
+        if draft_model is not None and not isinstance(draft_model, Model):
+            raise InvalidOptionError(f"draft_model must be an mtp_llm.Model (got {type(draft_model).__name__})")
+        for name, value in (("n_draft", n_draft), ("n_ctx", n_ctx), ("n_batch", n_batch)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidOptionError(f"{name} must be an integer (got {value!r})")
+        if rollback not in _ROLLBACK:
+            raise InvalidOptionError(f"rollback must be one of {_ROLLBACK} (got {rollback!r})")
+        self.model = model
+        self.draft_model = draft_model
+        self.defaults = defaults or GenerationOptions()
+        self._lock = _GenerationLock()
+        self._native: Any = None
+        self._native = _core.Session(
+            model._native,
+            draft_model._native if draft_model is not None else None,
+            n_draft,
+            n_ctx,
+            n_batch,
+            _threads(n_threads, "n_threads"),
+            _threads(n_threads_batch, "n_threads_batch"),
+            -1 if flash_attn is None else int(bool(flash_attn)),
+            _cache_type(type_k, "type_k"),
+            _cache_type(type_v, "type_v"),
+            bool(offload_kqv),
+            rollback != "checkpoint",
+        )
+
+    # ------------------------------------------------------------------ info
+
+    @property
+    def n_draft(self) -> int:
+        return self._native.n_draft
+
+    @property
+    def n_ctx(self) -> int:
+        return self._native.n_ctx
+
+    @property
+    def rollback_mode(self) -> str:
+        """How the target undoes rejected drafts: "partial" (KV cache), "rs"
+        (recurrent-state snapshots) or "checkpoint" (save/restore)."""
+        return self._native.rollback_mode
+
+    def stats(self) -> MTPStats:
+        """Cumulative stats over every call since creation or :meth:`reset_stats`.
+        Safe to call from any thread, also while a generation runs."""
+        return MTPStats.from_counters(self._native.stats())
+
+    @property
+    def last_stats(self) -> MTPStats:
+        """Stats of the latest (or running) call only."""
+        return MTPStats.from_counters(self._native.call_stats())
+
+    def reset_stats(self) -> None:
+        self._native.reset_stats()
+
+    def print_stats(self) -> None:
+        """Print llama.cpp's own draft-mtp statistics line (to stdout)."""
+        self._native.print_stats()
+
+    def cancel(self) -> None:
+        """Stop the running generation (from any thread); it raises GenerationCancelledError."""
+        self._native.cancel()
+
+    # ----------------------------------------------------------- generation
+
+    def tokenize_prompt(self, prompt: Prompt) -> list[int]:
+        """Turn a prompt (text, UTF-8 bytes or token ids) into token ids."""
+        if isinstance(prompt, bytes):
+            try:
+                prompt = prompt.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidPromptError(f"prompt bytes are not valid UTF-8: {exc}") from None
+        if isinstance(prompt, str):
+            if prompt == "":
+                raise InvalidPromptError("prompt is empty: pass some text or token ids")
+            tokens = self.model.tokenize(prompt)
+            if not tokens:
+                raise InvalidPromptError("prompt produced no tokens")
+            return tokens
+        if isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            if len(prompt) == 0:
+                raise InvalidPromptError("prompt is empty: pass some text or token ids")
+            return list(prompt)
+        raise InvalidPromptError(f"prompt must be str, bytes or a sequence of token ids (got {type(prompt).__name__})")
+
+    def options(self, **kwargs: Any) -> GenerationOptions:
+        """Resolve per-call keyword options on top of the session defaults."""
+        return GenerationOptions.from_kwargs(self.defaults, **kwargs)
+
+    def generate(self, prompt: Prompt, **options: Any) -> str:
+        """Generate text (greedy with ``temp=0``); the joined :meth:`stream`."""
+        return "".join(self.stream(prompt, **options))
+
+    def stream(self, prompt: Prompt, **options: Any) -> Iterator[str]:
+        """Yield text pieces as they are produced (empty pieces are skipped)."""
+        for event in self.stream_events(prompt, **options):
+            if type(event) is TokenEvent and event.text:
+                yield event.text
+
+    def stream_events(self, prompt: Prompt, **options: Any) -> Iterator[Event]:
+        """Yield TokenEvent per token, StatsEvent every ``emit_stats_every``
+        tokens, EogEvent at end-of-generation, and a final DoneEvent.
+
+        Breaking out of the loop or closing the iterator ends the generation;
+        the session is immediately reusable.
+        """
+        opts = self.options(**options)
+        tokens = self.tokenize_prompt(prompt)
+        self._check_open()
+        with self._lock.hold():
+            self._begin(tokens, opts)
+            try:
+                yield from self._drive(opts)
+            finally:
+                self._native.end()
+
+    async def astream_events(self, prompt: Prompt, **options: Any) -> AsyncIterator[Event]:
+        """Async :meth:`stream_events`: the native steps run in a worker thread,
+        so the event loop stays free. Cancelling the task stops the native
+        loop and leaves the session reusable."""
+        opts = self.options(**options)
+        tokens = self.tokenize_prompt(prompt)
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        owner = object()
+        await self._lock.acquire_async(owner)
+        try:
+            await self._in_thread(loop, self._begin, tokens, opts)
+            try:
+                events = _EventStream(self, opts.emit_stats_every)
+                finished = False
+                while not finished:
+                    step_tokens, finished, reason = await self._in_thread(loop, self._native.step)
+                    for event in events.feed(step_tokens, finished, reason):
+                        yield event
+            finally:
+                self._native.end()
+        finally:
+            self._lock.release()
+
+    async def agenerate(self, prompt: Prompt, **options: Any) -> str:
+        parts = [e.text async for e in self.astream_events(prompt, **options) if type(e) is TokenEvent]
+        return "".join(parts)
+
+    async def _in_thread(self, loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> Any:
+        future = loop.run_in_executor(None, fn, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            self._native.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.wait([future])
+            raise
+
+    def _begin(self, tokens: list[int], o: GenerationOptions) -> None:
+        self._native.begin(
+            tokens,
+            o.max_tokens,
+            -1 if o.n_draft is None else o.n_draft,
+            o.timeout or 0.0,
+            list(o.stop),
+            o.temp,
+            o.top_k,
+            o.top_p,
+            o.min_p,
+            o.seed,
+            o.repeat_penalty,
+            o.frequency_penalty,
+            o.presence_penalty,
+            o.penalty_last_n,
+            o.grammar or "",
+        )
+
+    def _drive(self, opts: GenerationOptions) -> Iterator[Event]:
+        step = self._native.step
+        events = _EventStream(self, opts.emit_stats_every)
+        finished = False
+        while not finished:
+            step_tokens, finished, reason = step()
+            yield from events.feed(step_tokens, finished, reason)
+
+    # ------------------------------------------------------------- lifetime
+
+    def close(self) -> None:
+        """Free the contexts now (the model stays loaded while referenced)."""
+        if self._native is not None:
+            if self._native.active:
+                raise SessionBusyError("cannot close a session while a generation is running")
+            self._native = None
+
+    def _check_open(self) -> None:
+        if self._native is None:
+            raise MTPError("this MTP session is closed: create a new one")
+
+    def __enter__(self) -> MTP:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MTP(model={self.model!r}, n_draft={self.n_draft}, n_ctx={self.n_ctx})"
+
+
+class _EventStream:
+    """Turns native step results into typed events (shared by sync and async paths)."""
+
+    __slots__ = ("_session", "_every", "_count")
+
+    def __init__(self, session: MTP, every: int) -> None:
+        self._session = session
+        self._every = every
+        self._count = 0
+
+    def feed(self, step_tokens: list[tuple[int, str]], finished: bool, reason: str | None) -> list[Event]:
+        events: list[Event] = []
+        every = self._every
+        for token_id, text in step_tokens:
+            events.append(TokenEvent(token_id, text))
+            if every:
+                self._count += 1
+                if self._count % every == 0:
+                    events.append(StatsEvent(self._session.last_stats))
+        if finished:
+            if reason == "eog":
+                events.append(EogEvent(step_tokens[-1][0]))
+            events.append(DoneEvent(self._session.last_stats, reason or "length"))
+        return events
+
+
+def _threads(value: int | None, name: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be a positive integer or None (got {value!r})")
+    return value
+
+
+def _cache_type(value: str | None, name: str) -> int:
+    if value is None:
+        return -1
+    try:
+        return _CACHE_TYPES[value]
+    except (KeyError, TypeError):
+        raise InvalidOptionError(f"{name} must be one of {sorted(_CACHE_TYPES)} (got {value!r})") from None
+
+
+__all__ = ["MTP", "Prompt"]

@@ -1,0 +1,136 @@
+"""The speculative-decoding statistics schema: the one definition used everywhere.
+
+The engine counts raw events (draft proposals, acceptances, verify passes,
+microseconds per phase) in atomic counters; :class:`MTPStats` derives every
+rate from those counts. The LangChain and LlamaIndex integrations, the CLI and
+the docs all use this class and :data:`STATS_KEY`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+STATS_KEY = "mtp_stats"
+"""Key under which integrations publish per-call stats (generation_info,
+response_metadata, llm_output, additional_kwargs) and the name of the
+custom callback / instrumentation event."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TimingUs:
+    """Where the decode time went, in microseconds.
+
+    ``draft``: the MTP head (drafting plus catching its KV cache up after each
+    verify); ``verify``: target forward passes over ``[last, drafts...]``;
+    ``sample``: target sampling and acceptance; ``ckpt``: recurrent-state
+    checkpoint save/restore (hybrid models only, zero elsewhere); ``other``:
+    the rest of the loop; ``total``: the whole decode window (prompt excluded).
+    """
+
+    draft: int
+    verify: int
+    sample: int
+    ckpt: int
+    other: int
+    total: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MTPStats:
+    """A snapshot of speculative-decoding statistics.
+
+    Counts are cumulative over the calls they cover (a session's lifetime for
+    :meth:`MTP.stats`, one call for :attr:`MTP.last_stats` and the integrations).
+    """
+
+    iters: int
+    """Target verify passes, replays included."""
+    replays: int
+    """Verify passes that re-checked already accepted tokens after a checkpoint
+    restore (hybrid models without recurrent rollback); never counted as drafts."""
+    drafts_generated: int
+    """Draft tokens proposed by the MTP head."""
+    drafts_accepted: int
+    """Draft tokens the target accepted (replays excluded)."""
+    acceptance_rate: float
+    """drafts_accepted / drafts_generated (0.0 when nothing was drafted)."""
+    tokens_emitted: int
+    """Tokens returned to the caller (end-of-generation token included)."""
+    tokens_per_sec: float
+    """tokens_emitted over the decode window (timing_us.total)."""
+    timing_us: TimingUs
+    n_draft: int
+    """Maximum draft length in effect."""
+    mean_accepted_length: float
+    """Tokens committed per drafting verify pass: 1 + drafts_accepted / passes.
+    Equals 1 + acceptance_rate * n_draft when every pass drafts n_draft tokens."""
+    acceptance_rate_per_position: tuple[float, ...]
+    """Per draft position i: accepted / proposed at i (conditional on reaching i)."""
+    prompt_tokens: int
+    prompt_us: int
+    """Prompt-processing time in microseconds."""
+    prompt_tokens_per_sec: float
+    time_to_first_token_us: int
+    """From the start of the latest call to its first generated token."""
+    generations: int
+    """Generation calls covered by this snapshot."""
+
+    @classmethod
+    def from_counters(cls, c: Mapping[str, Any]) -> MTPStats:
+        """Derive the stats from the engine's raw counters."""
+        generated = int(c["drafts_generated"])
+        accepted = int(c["drafts_accepted"])
+        total_us = int(c["t_total_us"])
+        named = int(c["t_draft_us"]) + int(c["t_verify_us"]) + int(c["t_sample_us"]) + int(c["t_ckpt_us"])
+        drafting_passes = int(c["iters"]) - int(c["replays"])
+        prompt_us = int(c["t_prompt_us"])
+        return cls(
+            iters=int(c["iters"]),
+            replays=int(c["replays"]),
+            drafts_generated=generated,
+            drafts_accepted=accepted,
+            acceptance_rate=accepted / generated if generated else 0.0,
+            tokens_emitted=int(c["tokens_emitted"]),
+            tokens_per_sec=int(c["tokens_emitted"]) * 1e6 / total_us if total_us else 0.0,
+            timing_us=TimingUs(
+                draft=int(c["t_draft_us"]),
+                verify=int(c["t_verify_us"]),
+                sample=int(c["t_sample_us"]),
+                ckpt=int(c["t_ckpt_us"]),
+                other=max(0, total_us - named),
+                total=total_us,
+            ),
+            n_draft=int(c["n_draft"]),
+            mean_accepted_length=1.0 + accepted / drafting_passes if drafting_passes else 0.0,
+            acceptance_rate_per_position=tuple(
+                a / d if d else 0.0 for a, d in zip(c["accepted_at"], c["drafted_at"])
+            ),
+            prompt_tokens=int(c["prompt_tokens"]),
+            prompt_us=prompt_us,
+            prompt_tokens_per_sec=int(c["prompt_tokens"]) * 1e6 / prompt_us if prompt_us else 0.0,
+            time_to_first_token_us=int(c["t_first_token_us"]),
+            generations=int(c["generations"]),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (nested ``timing_us``, lists for tuples)."""
+        d = dataclasses.asdict(self)
+        d["acceptance_rate_per_position"] = list(self.acceptance_rate_per_position)
+        return d
+
+    def summary(self) -> str:
+        """One human-readable line, as printed by the CLI."""
+        positions = ", ".join(f"{r:.2f}" for r in self.acceptance_rate_per_position)
+        return (
+            f"tokens={self.tokens_emitted} tok/s={self.tokens_per_sec:.1f} "
+            f"acceptance={self.acceptance_rate:.3f} ({self.drafts_accepted}/{self.drafts_generated}) "
+            f"per-position=[{positions}] mean_accepted_length={self.mean_accepted_length:.2f} "
+            f"n_draft={self.n_draft} iters={self.iters} replays={self.replays} "
+            f"prompt={self.prompt_tokens} tok in {self.prompt_us / 1000:.1f} ms "
+            f"ttft={self.time_to_first_token_us / 1000:.1f} ms "
+            f"timing_ms(draft={self.timing_us.draft / 1000:.1f} verify={self.timing_us.verify / 1000:.1f} "
+            f"sample={self.timing_us.sample / 1000:.1f} ckpt={self.timing_us.ckpt / 1000:.1f} "
+            f"other={self.timing_us.other / 1000:.1f} total={self.timing_us.total / 1000:.1f})"
+        )

@@ -1,0 +1,173 @@
+"""Tiny f32 GGUF models with an MTP head, written from numpy for tests and demos.
+
+Nothing can be downloaded here, so the project makes its own models:
+
+* ``random``: random weights, a real but untrained model (acceptance ~0%);
+* ``random-trunk.gguf`` + ``mtp-random-trunk.gguf``: the same model split into
+  a trunk-only target and an MTP sidecar;
+* ``accept100``: the target always emits one token and the head always agrees;
+* ``accept33``: the head agrees only at draft position 1, so at n_draft=3
+  exactly one draft in three is accepted;
+* ``eos``: the target emits end-of-generation at once.
+
+The forced models use identity blocks (all projections zero, norms one) so
+the hidden state is the normalised token embedding, and a few chosen
+directions steer the logits; see :func:`_forced_tensors`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .gguf_hyv3 import BpeVocab, HyV3Config, split_mtp, write_hy_v3
+
+# Dimensions with a fixed meaning in the forced models.
+_D_TOKEN_X = 0  # steers the logits to TOKEN_X
+_D_FROM_TARGET = 1  # set only in the target's hidden state
+_D_TOKEN_Y = 2  # steers the logits to TOKEN_Y
+
+
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable unicode map used by byte-level BPE."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    mapping = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def tiny_vocab() -> BpeVocab:
+    """256 byte tokens, a handful of merges, and ``<|endoftext|>`` as BOS/EOS."""
+    b2u = byte_to_unicode()
+    tokens = [b2u[b] for b in range(256)]
+    types = [1] * 256
+    merges = []
+    for pair in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("a", "n"), ("e", "r"), ("o", "n")]:
+        merges.append(f"{pair[0]} {pair[1]}")
+        tokens.append(pair[0] + pair[1])
+        types.append(1)
+    tokens.append("<|endoftext|>")
+    types.append(3)
+    eos = len(tokens) - 1
+    return BpeVocab(tokens=tokens, token_types=types, merges=merges, bos_id=eos, eos_id=eos)
+
+
+TINY_CONFIG = HyV3Config(
+    n_vocab=len(tiny_vocab().tokens), n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128
+)
+
+# Emitted by the forced models: "a" and "b" in byte-level form.
+TOKEN_X = ord("a")
+TOKEN_Y = ord("b")
+
+
+def _random_tensors(config: HyV3Config, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for name, shape in config.tensor_shapes().items():
+        if name.endswith("norm.weight"):
+            tensors[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        elif name == "token_embd.weight":
+            tensors[name] = rng.standard_normal(shape).astype(np.float32)
+        else:
+            fan_in = shape[1]
+            tensors[name] = (rng.standard_normal(shape) * 1.5 / np.sqrt(fan_in)).astype(np.float32)
+    return tensors
+
+
+def _forced_tensors(config: HyV3Config, head_agrees_after_first: bool) -> dict[str, np.ndarray]:
+    """Weights for a target that always emits TOKEN_X and a head that follows it.
+
+    Every block is the identity, so the target's hidden state is
+    rmsnorm(embedding) with the X and FROM_TARGET directions set. The head maps
+    the FROM_TARGET direction of its hidden input to X. When
+    ``head_agrees_after_first`` is false the head's own output (which seeds its
+    next draft step) lacks FROM_TARGET, and a constant pull towards Y wins from
+    draft position 2 on.
+    """
+    rng = np.random.default_rng(7)
+    e, v = config.n_embd, config.n_vocab
+    tensors = {n: np.zeros(s, dtype=np.float32) for n, s in config.tensor_shapes().items()}
+    for name in tensors:
+        if name.endswith("norm.weight"):
+            tensors[name][:] = 1.0
+    embd = 0.01 * rng.standard_normal((v, e)).astype(np.float32)
+    embd[:, _D_TOKEN_X] = 1.0
+    embd[:, _D_FROM_TARGET] = 1.0
+    embd[:, _D_TOKEN_Y] = 0.0
+    tensors["token_embd.weight"] = embd
+
+    output = 0.01 * rng.standard_normal((v, e)).astype(np.float32)
+    output[:, :3] = 0.0
+    output[TOKEN_X, _D_TOKEN_X] = 10.0
+    output[TOKEN_Y, _D_TOKEN_Y] = 10.0
+    tensors["output.weight"] = output
+
+    head = config.n_layer
+    eh = np.zeros((e, 2 * e), dtype=np.float32)  # input: [enorm(embedding), hnorm(hidden)]
+    eh[_D_TOKEN_X, e + _D_FROM_TARGET] = 1.0
+    if head_agrees_after_first:
+        eh[_D_TOKEN_X, _D_TOKEN_X] = 1.0
+    else:
+        eh[_D_TOKEN_Y, _D_TOKEN_X] = 0.5
+    tensors[f"blk.{head}.nextn.eh_proj.weight"] = eh
+    return tensors
+
+
+def make_tiny_models(out_dir: str | Path) -> dict[str, Path]:
+    """Write every tiny model into ``out_dir`` (idempotent) and return their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = tiny_vocab()
+    config = TINY_CONFIG
+    paths: dict[str, Path] = {}
+
+    specs = {
+        "random": lambda: _random_tensors(config, seed=1234),
+        "accept100": lambda: _forced_tensors(config, head_agrees_after_first=True),
+        "accept33": lambda: _forced_tensors(config, head_agrees_after_first=False),
+    }
+    for name, make in specs.items():
+        path = out / f"{name}.gguf"
+        if not path.exists():
+            write_hy_v3(path.with_suffix(".tmp"), _named(config, name), make(), vocab)
+            path.with_suffix(".tmp").replace(path)
+        paths[name] = path
+
+    eos_path = out / "eos.gguf"
+    if not eos_path.exists():
+        tensors = _forced_tensors(config, head_agrees_after_first=True)
+        tensors["output.weight"][vocab.eos_id, _D_TOKEN_X] = 20.0
+        write_hy_v3(eos_path.with_suffix(".tmp"), _named(config, "eos"), tensors, vocab)
+        eos_path.with_suffix(".tmp").replace(eos_path)
+    paths["eos"] = eos_path
+
+    trunk = out / "random-trunk.gguf"
+    sidecar = out / "mtp-random-trunk.gguf"
+    if not (trunk.exists() and sidecar.exists()):
+        split_mtp(paths["random"], out)
+    paths["random-trunk"] = trunk
+    paths["mtp-random-trunk"] = sidecar
+    return paths
+
+
+def _named(config: HyV3Config, name: str) -> HyV3Config:
+    from dataclasses import replace
+
+    return replace(config, name=f"mtp-llm-tiny-{name}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    for key, value in make_tiny_models(sys.argv[1] if len(sys.argv) > 1 else "models").items():
+        print(f"{key}: {value}")

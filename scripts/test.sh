@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command: set up (venv, build), run the test suite, build the docs strictly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+VENV="${MTP_LLM_VENV:-.venv}"
+"$VENV/bin/python" -m pytest "$@"
+"$VENV/bin/python" -m mkdocs build --strict --quiet --site-dir build/site
+echo "docs: built with --strict"

@@ -1,0 +1,124 @@
+"""Bad input raises a specific MTPError subclass with a helpful message; the process never aborts.
+
+Each case runs in a fresh subprocess, so an abort inside llama.cpp would fail
+the case instead of killing the test runner.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CASES: dict[str, tuple[str, str, str]] = {
+    # name: (code using `paths`, `models` and helpers, expected class, message fragment)
+    "missing file": ("Model.load(paths['dir'] / 'nope.gguf')", "ModelLoadError", "not found"),
+    "directory": ("Model.load(paths['dir'])", "ModelLoadError", "directory"),
+    "empty file": ("Model.load(write(b''))", "ModelLoadError", "not a GGUF"),
+    "not a gguf": ("Model.load(write(b'hello world, not a model'))", "ModelLoadError", "not a GGUF"),
+    "random bytes after magic": ("Model.load(write(b'GGUF' + bytes(range(256)) * 4))", "ModelLoadError", "corrupt"),
+    "truncated gguf": ("Model.load(write(paths['random'].read_bytes()[:5000]))", "ModelLoadError", "corrupt"),
+    "trunk without sidecar": ("MTP(Model.load(paths['random-trunk']), n_threads=1)", "MissingMTPHeadError", "draft_model"),
+    "sidecar as target": ("MTP(Model.load(paths['mtp-random-trunk']), n_threads=1)", "ModelLoadError", "sidecar"),
+    "load_mtp False": ("MTP(Model.load(paths['random'], load_mtp=False), n_threads=1)", "MissingMTPHeadError", "load_mtp"),
+    "sidecar load_mtp False": (
+        "MTP(Model.load(paths['random-trunk']), draft_model=Model.load(paths['mtp-random-trunk'], load_mtp=False), n_threads=1)",
+        "MissingMTPHeadError", "load_mtp"),
+    "sidecar other width": (
+        "MTP(Model.load(paths['random-trunk']), draft_model=Model.load(paths['wide-sidecar']), n_threads=1)",
+        "IncompatibleDraftError", "hidden size"),
+    "sidecar other vocab": (
+        "MTP(Model.load(paths['random-trunk']), draft_model=Model.load(paths['vocab-sidecar']), n_threads=1)",
+        "IncompatibleDraftError", "vocabulary"),
+    "n_draft negative": ("MTP(models['random'], n_draft=-1)", "InvalidOptionError", "n_draft"),
+    "n_draft huge": ("MTP(models['random'], n_draft=10**6)", "InvalidOptionError", "n_draft"),
+    "n_ctx tiny": ("MTP(models['random'], n_ctx=1)", "InvalidOptionError", "n_ctx"),
+    "bad cache type": ("MTP(models['random'], type_k='q9')", "InvalidOptionError", "type_k"),
+    "prompt beyond n_ctx": ("session(n_ctx=32).generate('x ' * 40, max_tokens=4)", "ContextOverflowError", "n_ctx"),
+    "max_tokens beyond n_ctx": ("session(n_ctx=32).generate('Hi', max_tokens=100)", "ContextOverflowError", "max_tokens"),
+    "empty prompt": ("session().generate('')", "InvalidPromptError", "empty"),
+    "empty token list": ("session().generate([])", "InvalidPromptError", "empty"),
+    "token out of vocabulary": ("session().generate([10**6])", "InvalidPromptError", "vocabulary"),
+    "invalid utf-8 bytes": ("session().generate(b'\\xff\\xfe')", "InvalidPromptError", "UTF-8"),
+    "unparsable grammar": ("session().generate('Hi', grammar='root ::= (')", "GrammarError", "grammar"),
+    "grammar without root": ("session().generate('Hi', grammar='foo ::= \"a\"')", "GrammarError", "grammar"),
+    "negative temperature": ("session().generate('Hi', temp=-1.0)", "InvalidOptionError", "temp"),
+    "nan temperature": ("session().generate('Hi', temp=float('nan'))", "InvalidOptionError", "NaN"),
+    "top_p above 1": ("session().generate('Hi', top_p=1.5)", "InvalidOptionError", "top_p"),
+    "top_p negative": ("session().generate('Hi', top_p=-0.1)", "InvalidOptionError", "top_p"),
+    "max_tokens zero": ("session().generate('Hi', max_tokens=0)", "InvalidOptionError", "max_tokens"),
+    "max_tokens negative": ("session().generate('Hi', max_tokens=-5)", "InvalidOptionError", "max_tokens"),
+    "empty stop string": ("session().generate('Hi', stop=[''])", "InvalidOptionError", "stop"),
+    "huge stop string": ("session().generate('Hi', stop=['x' * 5000])", "InvalidOptionError", "stop"),
+    "timeout zero": ("session().generate('Hi', timeout=0)", "InvalidOptionError", "timeout"),
+    "unknown option": ("session().generate('Hi', temperature=0.5)", "InvalidOptionError", "unknown"),
+    "per-call n_draft above session": ("session().generate('Hi', n_draft=9)", "InvalidOptionError", "n_draft"),
+    "wrong option type": ("session().generate('Hi', max_tokens='ten')", "InvalidOptionError", "integer"),
+    "repeat penalty zero": ("session().generate('Hi', repeat_penalty=0.0)", "InvalidOptionError", "repeat_penalty"),
+    "chat template missing": ("models['random'].apply_chat_template([{'role': 'user', 'content': 'hi'}])",
+                              "InvalidOptionError", "chat template"),
+}
+
+RUNNER = textwrap.dedent(
+    """
+    import json, sys, tempfile
+    from pathlib import Path
+    import mtp_llm
+    from mtp_llm import MTP, Model
+    paths = {k: Path(v) for k, v in json.loads(sys.argv[1]).items()}
+    models = {'random': Model.load(paths['random'])}
+    def write(data):
+        f = tempfile.NamedTemporaryFile(suffix='.gguf', delete=False); f.write(data); f.close(); return f.name
+    def session(**kw):
+        kw.setdefault('n_threads', 1); kw.setdefault('n_ctx', 256)
+        return MTP(models['random'], **kw)
+    try:
+        exec(sys.argv[2])
+    except mtp_llm.MTPError as exc:
+        print(json.dumps({'class': type(exc).__name__, 'message': str(exc)}))
+    else:
+        print(json.dumps({'class': None, 'message': ''}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
+    import dataclasses
+
+    from mtp_llm.gguf_hyv3 import read_hy_v3, write_hy_v3
+    from mtp_llm.tiny_models import _random_tensors, tiny_vocab
+
+    out = tmp_path_factory.mktemp("bad")
+    config, _, vocab, _ = read_hy_v3(tiny_paths["random"])
+    wide = dataclasses.replace(config, n_embd=96, n_ff=128)
+    write_hy_v3(out / "wide.gguf", wide, _random_tensors(wide, 1), vocab, part="mtp")
+    small_vocab = dataclasses.replace(
+        tiny_vocab(), tokens=list(vocab.tokens) + ["<|extra|>"], token_types=list(vocab.token_types) + [3]
+    )
+    narrow = dataclasses.replace(config, n_vocab=len(small_vocab.tokens))
+    write_hy_v3(out / "vocab.gguf", narrow, _random_tensors(narrow, 1), small_vocab, part="mtp")
+    paths = {k: str(v) for k, v in tiny_paths.items()}
+    paths.update({"dir": str(out), "wide-sidecar": str(out / "wide.gguf"), "vocab-sidecar": str(out / "vocab.gguf")})
+    return paths
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_raises_specific_error(name: str, case_paths: dict[str, str]) -> None:
+    code, expected_class, fragment = CASES[name]
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, json.dumps(case_paths), code],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent,
+    )
+    assert proc.returncode == 0, f"process died (rc={proc.returncode}): {proc.stderr[-2000:]}"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["class"] == expected_class, result
+    assert fragment.lower() in result["message"].lower(), result["message"]
+
+
+def test_at_least_25_cases() -> None:
+    assert len(CASES) >= 25

@@ -1,0 +1,195 @@
+"""Real MTP generation on the tiny models: losslessness, exact stats, text assembly."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_session
+from mtp_llm import MTP, DoneEvent, EogEvent, Model, StatsEvent, TokenEvent
+from mtp_llm.tiny_models import TOKEN_X, TOKEN_Y
+
+PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog.", "a", "Once upon a time, in a land far away"]
+
+
+def token_ids(session: MTP, prompt: str, **opts: object) -> list[int]:
+    return [e.id for e in session.stream_events(prompt, **opts) if isinstance(e, TokenEvent)]
+
+
+@pytest.mark.parametrize("n_draft", [1, 2, 3, 4])
+@pytest.mark.parametrize("model_name", ["random", "accept33", "accept100"])
+def test_greedy_mtp_equals_plain_decoding(tiny_paths, model_name: str, n_draft: int) -> None:
+    model = Model.load(tiny_paths[model_name])
+    plain = make_session(model, n_draft=0)
+    spec = make_session(model, n_draft=n_draft)
+    for prompt in PROMPTS:
+        expected = token_ids(plain, prompt, max_tokens=40, temp=0)
+        got = token_ids(spec, prompt, max_tokens=40, temp=0)
+        assert got == expected, (model_name, n_draft, prompt)
+        assert len(got) == 40
+    assert spec.stats().drafts_generated > 0
+    assert plain.stats().drafts_generated == 0
+
+
+@pytest.mark.parametrize("n_draft", [1, 3])
+def test_sidecar_split_model_equals_embedded(tiny_paths, random_model: Model, n_draft: int) -> None:
+    trunk = Model.load(tiny_paths["random-trunk"])
+    sidecar = Model.load(tiny_paths["mtp-random-trunk"])
+    assert not trunk.has_mtp_head and sidecar.is_mtp_sidecar
+    split = make_session(trunk, draft_model=sidecar, n_draft=n_draft)
+    embedded = make_session(random_model, n_draft=n_draft)
+    for prompt in PROMPTS:
+        assert token_ids(split, prompt, max_tokens=32, temp=0) == token_ids(embedded, prompt, max_tokens=32, temp=0)
+    a, b = split.stats(), embedded.stats()
+    assert (a.drafts_generated, a.drafts_accepted) == (b.drafts_generated, b.drafts_accepted)
+
+
+def test_per_call_plain_decoding_on_an_mtp_session(random_model: Model) -> None:
+    session = make_session(random_model, n_draft=3)
+    mtp_ids = token_ids(session, "Hello", max_tokens=24, temp=0)
+    session.reset_stats()
+    plain_ids = token_ids(session, "Hello", max_tokens=24, temp=0, n_draft=0)
+    assert plain_ids == mtp_ids
+    stats = session.stats()
+    assert stats.drafts_generated == 0 and stats.iters == 24
+
+
+def test_accept100_exact_stats(accept100_model: Model) -> None:
+    session = make_session(accept100_model, n_draft=3)
+    text = session.generate("Hi", max_tokens=16, temp=0)
+    assert text == "a" * 16
+    s = session.stats()
+    # Four verify passes, each accepting 3 drafts and adding 1 token.
+    assert (s.iters, s.drafts_generated, s.drafts_accepted, s.tokens_emitted) == (4, 12, 12, 16)
+    assert s.acceptance_rate == 1.0
+    assert s.mean_accepted_length == 4.0
+    assert s.acceptance_rate_per_position == (1.0, 1.0, 1.0)
+    assert s.replays == 0 and s.timing_us.ckpt == 0
+
+
+def test_accept33_exact_stats(accept33_model: Model) -> None:
+    session = make_session(accept33_model, n_draft=3)
+    ids = token_ids(session, "Hi", max_tokens=20, temp=0)
+    assert ids == [TOKEN_X] * 20
+    s = session.stats()
+    # Each pass drafts [X, Y, Y]: the first is accepted, the second rejected,
+    # so 2 tokens per pass; the last pass may draft only what the budget leaves.
+    assert s.iters == 10
+    assert s.drafts_accepted == 10
+    assert s.drafts_generated == 9 * 3 + 1
+    assert s.acceptance_rate_per_position == (1.0, 0.0, 0.0)
+    assert s.mean_accepted_length == 2.0
+
+
+def test_accept33_is_one_third_over_full_passes(accept33_model: Model) -> None:
+    session = make_session(accept33_model, n_draft=3)
+    events = list(session.stream_events("Hi", max_tokens=30, temp=0, emit_stats_every=2))
+    stats_events = [e.stats for e in events if isinstance(e, StatsEvent)]
+    assert len(stats_events) == 15
+    # After each full pass (2 tokens) exactly one of three drafts was accepted.
+    for snapshot in stats_events[:-1]:
+        assert snapshot.drafts_generated == 3 * snapshot.drafts_accepted
+        assert snapshot.acceptance_rate == pytest.approx(1 / 3)
+
+
+def test_head_disagreeing_token_is_y(accept33_model: Model) -> None:
+    # Sanity of the forced model: the head proposes Y from position 2 on.
+    assert accept33_model.detokenize([TOKEN_X, TOKEN_Y]) == "ab"
+
+
+def test_eog_event_and_done(tiny_paths) -> None:
+    session = make_session(Model.load(tiny_paths["eos"]), n_draft=3)
+    events = list(session.stream_events("Hi", max_tokens=10, temp=0))
+    assert isinstance(events[-1], DoneEvent) and events[-1].finish_reason == "eog"
+    assert isinstance(events[-2], EogEvent)
+    assert events[0] == TokenEvent(session.model.token_eos, "")
+    assert session.generate("Hi", max_tokens=10, temp=0) == ""
+
+
+def test_done_event_carries_call_stats(accept100_model: Model) -> None:
+    session = make_session(accept100_model, n_draft=2)
+    session.generate("Hi", max_tokens=9, temp=0)
+    events = list(session.stream_events("Hi", max_tokens=9, temp=0))
+    done = events[-1]
+    assert isinstance(done, DoneEvent) and done.finish_reason == "length"
+    assert done.stats.tokens_emitted == 9 and done.stats.generations == 1
+    assert session.stats().tokens_emitted == 18 and session.stats().generations == 2
+    assert session.last_stats == done.stats or session.last_stats.tokens_emitted == 9
+
+
+def test_stats_are_cumulative_and_reset(accept100_model: Model) -> None:
+    session = make_session(accept100_model, n_draft=3)
+    session.generate("Hi", max_tokens=8, temp=0)
+    session.generate("Hi", max_tokens=8, temp=0)
+    s = session.stats()
+    assert s.tokens_emitted == 16 and s.generations == 2 and s.prompt_tokens > 0
+    assert s.timing_us.total >= s.timing_us.verify > 0
+    assert s.tokens_per_sec > 0 and s.time_to_first_token_us > 0 and s.prompt_us > 0
+    session.reset_stats()
+    z = session.stats()
+    assert (z.tokens_emitted, z.iters, z.drafts_generated, z.generations) == (0, 0, 0, 0)
+
+
+def test_stream_pieces_join_to_generate(random_session: MTP) -> None:
+    for prompt in PROMPTS:
+        pieces = list(random_session.stream(prompt, max_tokens=30, temp=0))
+        assert "".join(pieces) == random_session.generate(prompt, max_tokens=30, temp=0)
+        assert all(pieces)
+
+
+def test_every_piece_is_valid_utf8_and_joins(random_session: MTP) -> None:
+    # Random byte-level models emit lone continuation and lead bytes; every
+    # piece must still be valid text and the join must equal generate().
+    text = random_session.generate("ü€", max_tokens=60, temp=0)
+    pieces = [e.text for e in random_session.stream_events("ü€", max_tokens=60, temp=0) if isinstance(e, TokenEvent)]
+    assert "".join(pieces) == text
+    for piece in pieces:
+        piece.encode("utf-8")  # a str with lone surrogates would raise
+
+
+def test_stop_string_across_pieces_is_not_emitted(accept100_model: Model) -> None:
+    session = make_session(accept100_model, n_draft=3)
+    # Output is "aaaa...": the stop "aaa" spans three single-byte tokens.
+    events = list(session.stream_events("Hi", max_tokens=20, temp=0, stop=["aaa"]))
+    assert isinstance(events[-1], DoneEvent) and events[-1].finish_reason == "stop"
+    assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == ""
+    assert session.generate("Hi", max_tokens=20, temp=0, stop=["xyz", "aab"]) == "a" * 20
+    assert session.generate("Hi", max_tokens=20, temp=0, stop="zzz") == "a" * 20
+
+
+def test_partial_stop_prefix_is_released_at_the_end(accept100_model: Model) -> None:
+    session = make_session(accept100_model, n_draft=3)
+    assert session.generate("Hi", max_tokens=5, temp=0, stop=["aaaaaaab"]) == "aaaaa"
+
+
+def test_sampled_output_is_reproducible_with_a_seed(random_session: MTP) -> None:
+    a = random_session.generate("Hello", max_tokens=30, temp=1.0, seed=42)
+    b = random_session.generate("Hello", max_tokens=30, temp=1.0, seed=42)
+    assert a == b
+
+
+def test_prompt_as_token_ids(random_session: MTP, random_model: Model) -> None:
+    ids = random_model.tokenize("Hello world")
+    assert random_session.generate(ids, max_tokens=10, temp=0) == random_session.generate(
+        "Hello world", max_tokens=10, temp=0
+    )
+
+
+def test_long_prompt_is_processed_in_chunks(random_model: Model) -> None:
+    small_batch = make_session(random_model, n_draft=2, n_batch=8)
+    big_batch = make_session(random_model, n_draft=2, n_batch=512)
+    prompt = "The quick brown fox jumps over the lazy dog. " * 4
+    assert small_batch.generate(prompt, max_tokens=12, temp=0) == big_batch.generate(prompt, max_tokens=12, temp=0)
+    assert small_batch.last_stats.prompt_tokens == len(random_model.tokenize(prompt))
+
+
+def test_grammar_constrains_output(random_session: MTP) -> None:
+    text = random_session.generate("Hello", max_tokens=12, temp=0, grammar='root ::= ("yes" | "no") "."')
+    assert text in ("yes.", "no.")
+
+
+def test_print_stats_prints_upstream_line(capfd, accept100_model: Model) -> None:
+    session = make_session(accept100_model, n_draft=3)
+    session.generate("Hi", max_tokens=8, temp=0)
+    session.print_stats()
+    out, err = capfd.readouterr()
+    assert "draft-mtp" in out + err
