@@ -87,6 +87,9 @@ PYBIND11_MODULE(_core, m) {
         return d;
     }, py::arg("path"));
 
+    m.def("json_schema_grammar", &mtp::json_schema_grammar, py::arg("schema_json"),
+          "GBNF grammar accepting exactly the JSON documents that match a JSON schema.");
+
     py::class_<mtp::Model, std::shared_ptr<mtp::Model>>(m, "Model")
         .def(py::init([](const std::string & path, bool load_mtp, int n_gpu_layers, bool use_mmap, bool use_mlock) {
                  mtp::ModelOptions o;
@@ -127,6 +130,9 @@ PYBIND11_MODULE(_core, m) {
         .def("token_piece", [](const mtp::Model & self, int32_t token, bool render_special) {
                  return py::bytes(self.token_piece(token, render_special));
              }, py::arg("token"), py::arg("render_special") = false)
+        .def("embed", &mtp::Model::embed, py::arg("texts"), py::arg("n_threads") = 0,
+             py::call_guard<py::gil_scoped_release>(),
+             "Mean-pooled, L2-normalised embeddings of each text.")
         .def("apply_chat_template", [](const mtp::Model & self,
                                        const std::vector<std::pair<std::string, std::string>> & messages,
                                        bool add_generation_prompt, const std::string & chat_template) {

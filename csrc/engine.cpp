@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "chat.h"
+#include "json-schema-to-grammar.h"
 #include "gguf.h"
 #include "log.h"
 #include "llama-ext.h"
@@ -20,6 +21,11 @@ namespace mtp {
 namespace {
 
 int64_t now_us() { return ggml_time_us(); }
+
+int32_t default_threads() {
+    const unsigned hc = std::thread::hardware_concurrency();
+    return hc == 0 ? 4 : (int32_t) hc;
+}
 
 // ---------------------------------------------------------------- logging --
 
@@ -211,6 +217,14 @@ GgufInfo inspect_gguf(const std::string & path) {
     return info;
 }
 
+std::string json_schema_grammar(const std::string & schema_json) {
+    try {
+        return json_schema_to_grammar(common_json::parse(schema_json));
+    } catch (const std::exception & e) {
+        fail(ErrorKind::InvalidOption, std::string("cannot turn the JSON schema into a grammar: ") + e.what());
+    }
+}
+
 // ----------------------------------------------------------------- Model ---
 
 Model::Model(const std::string & path, const ModelOptions & opts) : path_(path), opts_(opts) {
@@ -220,8 +234,8 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
     }
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = opts.n_gpu_layers;
-    mp.use_mmap = opts.use_mmap;
-    mp.use_mlock = opts.use_mlock;
+    mp.load_mode = opts.use_mmap ? (opts.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP)
+                                 : (opts.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE);
     mp.load_mtp = opts.load_mtp;
     clear_log();
     llama_model * m = llama_model_load_from_file(path.c_str(), mp);
@@ -276,6 +290,63 @@ std::string Model::detokenize(const std::vector<int32_t> & tokens, bool render_s
 std::string Model::token_piece(int32_t token, bool render_special) const {
     check_tokens({token});
     return common_token_to_piece(vocab(), token, render_special);
+}
+
+std::vector<std::vector<float>> Model::embed(const std::vector<std::string> & texts, int32_t n_threads) const {
+    std::vector<std::vector<int32_t>> tokenized;
+    size_t longest = 1;
+    for (const auto & text : texts) {
+        tokenized.push_back(tokenize(text, true, false));
+        if (tokenized.back().empty()) {
+            fail(ErrorKind::InvalidPrompt, "cannot embed an empty text");
+        }
+        longest = std::max(longest, tokenized.back().size());
+    }
+    if ((int64_t) longest > n_ctx_train()) {
+        fail(ErrorKind::ContextOverflow, "a text to embed has " + std::to_string(longest) +
+                                             " tokens, more than the model's context (" + std::to_string(n_ctx_train()) + ")");
+    }
+    llama_context_params cp = llama_context_default_params();
+    cp.embeddings = true;
+    cp.pooling_type = LLAMA_POOLING_TYPE_MEAN;
+    cp.n_ctx = (uint32_t) longest;
+    cp.n_batch = (uint32_t) longest;
+    cp.n_ubatch = (uint32_t) longest;
+    cp.n_seq_max = 1;
+    cp.n_threads = n_threads > 0 ? n_threads : default_threads();
+    cp.n_threads_batch = cp.n_threads;
+    cp.no_perf = true;
+    clear_log();
+    llama_context_ptr ctx(llama_init_from_model(model_.get(), cp));
+    if (!ctx) {
+        fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create an embedding context"));
+    }
+    std::vector<std::vector<float>> out;
+    const int n_embd_out = llama_model_n_embd_out(model_.get());
+    for (const auto & tokens : tokenized) {
+        llama_memory_clear(llama_get_memory(ctx.get()), true);
+        common_batch batch(ctx.get());
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            batch.add(tokens[i], (llama_pos) i, 0, true);
+        }
+        const int32_t rc = llama_process(ctx.get(), LLAMA_PROCESS_TYPE_DECODE, batch.get());
+        if (rc != 0) {
+            fail(ErrorKind::Decode, with_log("llama.cpp failed to compute embeddings (code " + std::to_string(rc) + ")"));
+        }
+        const float * e = llama_get_embeddings_seq(ctx.get(), 0);
+        if (e == nullptr) {
+            fail(ErrorKind::Decode, with_log("llama.cpp returned no pooled embedding"));
+        }
+        std::vector<float> v(e, e + n_embd_out);
+        double norm = 0.0;
+        for (float x : v) norm += (double) x * x;
+        norm = std::sqrt(norm);
+        if (norm > 0) {
+            for (float & x : v) x = (float) (x / norm);
+        }
+        out.push_back(std::move(v));
+    }
+    return out;
 }
 
 std::string Model::apply_chat_template(const std::vector<std::pair<std::string, std::string>> & messages,
@@ -439,15 +510,10 @@ void validate_context_options(const ContextOptions & o) {
     }
 }
 
-int32_t default_threads() {
-    const unsigned hc = std::thread::hardware_concurrency();
-    return hc == 0 ? 4 : (int32_t) hc;
-}
-
 }  // namespace
 
 Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, const ContextOptions & opts)
-    : target_(std::move(target)), draft_(std::move(draft)), opts_(opts) {
+    : target_(std::move(target)), draft_model_(std::move(draft)), opts_(opts) {
     validate_context_options(opts_);
     const bool use_mtp = opts_.n_draft > 0;
     Model * head_model = nullptr;
@@ -457,30 +523,30 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
                                    "load the trunk model as the target and pass this file as draft_model");
     }
     if (use_mtp) {
-        if (draft_) {
-            if (!draft_->options().load_mtp) {
+        if (draft_model_) {
+            if (!draft_model_->options().load_mtp) {
                 fail(ErrorKind::MissingMtpHead, "draft_model was loaded with load_mtp=False: "
                                                 "load it with Model.load(path, load_mtp=True)");
             }
-            if (!draft_->has_mtp_head()) {
-                fail(ErrorKind::MissingMtpHead, "draft_model '" + draft_->path() + "' has no MTP head tensors "
+            if (!draft_model_->has_mtp_head()) {
+                fail(ErrorKind::MissingMtpHead, "draft_model '" + draft_model_->path() + "' has no MTP head tensors "
                                                 "(pass an mtp-*.gguf sidecar or a model with an embedded head)");
             }
-            if (draft_->n_embd() != target_->n_embd()) {
+            if (draft_model_->n_embd() != target_->n_embd()) {
                 fail(ErrorKind::IncompatibleDraft,
-                     "draft_model hidden size " + std::to_string(draft_->n_embd()) + " does not match the target's " +
+                     "draft_model hidden size " + std::to_string(draft_model_->n_embd()) + " does not match the target's " +
                      std::to_string(target_->n_embd()) + ": use the sidecar made for this target");
             }
-            if (draft_->n_vocab() != target_->n_vocab()) {
+            if (draft_model_->n_vocab() != target_->n_vocab()) {
                 fail(ErrorKind::IncompatibleDraft,
-                     "draft_model vocabulary size " + std::to_string(draft_->n_vocab()) + " does not match the target's " +
+                     "draft_model vocabulary size " + std::to_string(draft_model_->n_vocab()) + " does not match the target's " +
                      std::to_string(target_->n_vocab()) + ": use the sidecar made for this target");
             }
-            if (draft_->architecture() != target_->architecture()) {
-                fail(ErrorKind::IncompatibleDraft, "draft_model architecture '" + draft_->architecture() +
+            if (draft_model_->architecture() != target_->architecture()) {
+                fail(ErrorKind::IncompatibleDraft, "draft_model architecture '" + draft_model_->architecture() +
                                                        "' does not match the target's '" + target_->architecture() + "'");
             }
-            head_model = draft_.get();
+            head_model = draft_model_.get();
         } else {
             if (target_->info().n_nextn == 0) {
                 fail(ErrorKind::MissingMtpHead,
@@ -525,6 +591,11 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
         fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create the target context (n_ctx=" +
                                             std::to_string(opts_.n_ctx) + ")"));
     }
+    if ((int32_t) llama_n_batch(ctx_tgt_.get()) < opts_.n_draft + 1) {
+        fail(ErrorKind::InvalidOption, "the verify batch needs n_draft + 1 = " + std::to_string(opts_.n_draft + 1) +
+                                           " tokens but the context allows " +
+                                           std::to_string(llama_n_batch(ctx_tgt_.get())) + ": raise n_ctx or n_batch");
+    }
     seq_rm_tgt_ = common_context_can_seq_rm(ctx_tgt_.get());
 
     if (use_mtp) {
@@ -558,6 +629,9 @@ Session::~Session() = default;
 int32_t Session::n_ctx() const { return (int32_t) llama_n_ctx(ctx_tgt_.get()); }
 
 std::string Session::rollback_mode() const {
+    if (!spec_) {
+        return "none";  // plain decoding never rolls back
+    }
     switch (seq_rm_tgt_) {
         case COMMON_CONTEXT_SEQ_RM_TYPE_NO: return "none";
         case COMMON_CONTEXT_SEQ_RM_TYPE_PART: return "partial";
@@ -693,12 +767,13 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         }
 
         cancel_requested_.store(false);
-        deadline_us_.store(g.timeout_s > 0.0 ? now_us() + (int64_t) (g.timeout_s * 1e6) : 0);
+        // Timeouts beyond ~30 years are treated as none (and cannot overflow).
+        deadline_us_.store(g.timeout_s > 0.0 && g.timeout_s < 1e9 ? now_us() + (int64_t) (g.timeout_s * 1e6) : 0);
         active_n_draft_ = spec_ ? (g.n_draft < 0 ? opts_.n_draft : g.n_draft) : 0;
         max_tokens_ = g.max_tokens;
         produced_ = 0;
         text_.reset(g.stop);
-        draft_.clear();
+        draft_tokens_.clear();
         ckpt_.clear();
         replay_pending_ = false;
         finished_ = false;
@@ -738,7 +813,7 @@ void Session::end() {
 
 void Session::process_prompt_chunk() {
     const int64_t t0 = now_us();
-    const size_t n = std::min(prompt_.size() - prompt_done_, (size_t) opts_.n_batch);
+    const size_t n = std::min(prompt_.size() - prompt_done_, (size_t) llama_n_batch(ctx_tgt_.get()));
     if (n > 0) {
         common_batch batch(ctx_tgt_.get());
         for (size_t i = 0; i < n; ++i) {
@@ -796,7 +871,7 @@ void Session::speculative_iteration(StepResult & out) {
     const bool is_replay = replay_pending_;
 
     if (!is_replay) {
-        draft_.clear();
+        draft_tokens_.clear();
         if (drafting()) {
             const int64_t t0 = now_us();
             ckpt_.update_pos((int64_t) context_tokens_.size(),
@@ -811,21 +886,20 @@ void Session::speculative_iteration(StepResult & out) {
             n_draft_max = std::min(n_draft_max, active_n_draft_);
             n_draft_max = std::max(n_draft_max, 0);
             if (n_draft_max > 0) {
-                common_speculative_get_draft_params(spec_.get(), 0) = {
-                    /* .drafting = */ true,
-                    /* .n_max    = */ n_draft_max,
-                    /* .pos0     = */ n_past_,
-                    /* .id_last  = */ id_last_,
-                    /* .prompt   = */ &context_tokens_,
-                    /* .result   = */ &draft_,
-                };
+                common_speculative_draft_params & dp = common_speculative_get_draft_params(spec_.get(), 0);
+                dp.drafting = true;
+                dp.n_max = n_draft_max;
+                dp.pos0 = n_past_;
+                dp.id_last = id_last_;
+                dp.prompt = &context_tokens_;
+                dp.result = &draft_tokens_;
                 common_speculative_draft(spec_.get());
-                if ((int) draft_.size() > n_draft_max) {
-                    draft_.resize(n_draft_max);
+                if ((int) draft_tokens_.size() > n_draft_max) {
+                    draft_tokens_.resize(n_draft_max);
                 }
             }
             const int64_t t2 = now_us();
-            if (!draft_.empty() && use_ckpt_tgt) {
+            if (!draft_tokens_.empty() && use_ckpt_tgt) {
                 ckpt_.update_tgt(ctx_tgt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
             }
             if (use_ckpt_dft) {
@@ -833,8 +907,12 @@ void Session::speculative_iteration(StepResult & out) {
             }
             llama_memory_seq_rm(llama_get_memory(ctx_dft), 0, ckpt_.pos_max + 1, -1);
             const int64_t t3 = now_us();
-            c.t_draft_us += t2 - t1;
-            c.t_ckpt_us += (t1 - t0) + (t3 - t2);
+            if (use_ckpt_tgt || use_ckpt_dft) {
+                c.t_draft_us += t2 - t1;
+                c.t_ckpt_us += (t1 - t0) + (t3 - t2);
+            } else {
+                c.t_draft_us += t3 - t0;
+            }
         }
     }
     replay_pending_ = false;
@@ -843,8 +921,8 @@ void Session::speculative_iteration(StepResult & out) {
     const int64_t tv0 = now_us();
     common_batch batch(ctx_tgt);
     batch.add(id_last_, n_past_, 0, true);
-    for (size_t i = 0; i < draft_.size(); ++i) {
-        batch.add(draft_[i], n_past_ + 1 + (llama_pos) i, 0, true);
+    for (size_t i = 0; i < draft_tokens_.size(); ++i) {
+        batch.add(draft_tokens_[i], n_past_ + 1 + (llama_pos) i, 0, true);
     }
     decode_or_throw(ctx_tgt, batch, "verify batch");
     const int64_t tv1 = now_us();
@@ -857,11 +935,11 @@ void Session::speculative_iteration(StepResult & out) {
     c.t_draft_us += tv2 - tv1;
 
     common_sampler_ptr sampler_save;
-    if (use_ckpt_tgt && !draft_.empty()) {
+    if (use_ckpt_tgt && !draft_tokens_.empty()) {
         sampler_save.reset(common_sampler_clone(sampler_.get()));
     }
-    const size_t n_draft = draft_.size();
-    std::vector<llama_token> ids = common_sampler_sample_and_accept_n(sampler_.get(), ctx_tgt, draft_);
+    const size_t n_draft = draft_tokens_.size();
+    std::vector<llama_token> ids = common_sampler_sample_and_accept_n(sampler_.get(), ctx_tgt, draft_tokens_);
     const int64_t ts = now_us();
     c.t_sample_us += ts - tv2;
     c.iters = 1;
@@ -882,7 +960,7 @@ void Session::speculative_iteration(StepResult & out) {
         // Partial acceptance without partial rollback: restore the checkpoint
         // and re-verify the accepted tokens next step (a replay, not new drafts).
         const int64_t tc0 = now_us();
-        draft_ = std::move(ids);
+        draft_tokens_ = std::move(ids);
         ckpt_.load_tgt(ctx_tgt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
         llama_memory_seq_rm(llama_get_memory(ctx_tgt), 0, ckpt_.pos_max + 1, -1);
         if (ctx_dft) {
@@ -904,7 +982,7 @@ void Session::speculative_iteration(StepResult & out) {
         common_speculative_accept(spec_.get(), 0, (uint16_t) n_accepted);
     }
     n_past_ += (int32_t) ids.size();
-    draft_.clear();
+    draft_tokens_.clear();
     llama_memory_seq_rm(llama_get_memory(ctx_tgt), 0, n_past_, -1);
     if (ctx_dft) {
         llama_memory_seq_rm(llama_get_memory(ctx_dft), 0, n_past_, -1);

@@ -67,6 +67,9 @@ struct GgufInfo {
 
 GgufInfo inspect_gguf(const std::string & path);
 
+// GBNF grammar that accepts exactly the JSON documents matching a JSON schema.
+std::string json_schema_grammar(const std::string & schema_json);
+
 class Model {
 public:
     Model(const std::string & path, const ModelOptions & opts);
@@ -98,6 +101,9 @@ public:
     std::string detokenize(const std::vector<int32_t> & tokens, bool render_special) const;
     std::string token_piece(int32_t token, bool render_special) const;
     void check_tokens(const std::vector<int32_t> & tokens) const;
+
+    // Mean-pooled, L2-normalised hidden states of each text (for retrieval).
+    std::vector<std::vector<float>> embed(const std::vector<std::string> & texts, int32_t n_threads) const;
 
     // Chat messages as (role, content); template "" uses the GGUF's own.
     std::string apply_chat_template(const std::vector<std::pair<std::string, std::string>> & messages,
@@ -239,7 +245,7 @@ private:
     void finish(StepResult & out, const std::string & reason);
 
     std::shared_ptr<Model> target_;
-    std::shared_ptr<Model> draft_;
+    std::shared_ptr<Model> draft_model_;
     ContextOptions opts_;
 
     // Declaration order = reverse teardown order.
@@ -261,7 +267,7 @@ private:
     llama_tokens context_tokens_;         // tokens in the target context
     llama_token id_last_ = 0;
     int32_t n_past_ = 0;
-    llama_tokens draft_;
+    llama_tokens draft_tokens_;
     bool replay_pending_ = false;
     int32_t max_tokens_ = 0;
     int32_t produced_ = 0;

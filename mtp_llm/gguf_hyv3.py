@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -102,8 +102,22 @@ class BpeVocab:
     merges: Sequence[str]
     bos_id: int
     eos_id: int
-    pre: str = "gpt2"
+    pre: str = "gpt-2"
     add_bos: bool = False
+
+
+def add_bpe_vocab(writer: Any, vocab: BpeVocab, chat_template: str | None = None) -> None:
+    """Write ``vocab`` (and an optional chat template) as the ``tokenizer.*`` keys of a ``gguf.GGUFWriter``."""
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(vocab.pre)
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_types(list(vocab.token_types))
+    writer.add_token_merges(list(vocab.merges))
+    writer.add_bos_token_id(vocab.bos_id)
+    writer.add_eos_token_id(vocab.eos_id)
+    writer.add_add_bos_token(vocab.add_bos)
+    if chat_template:
+        writer.add_chat_template(chat_template)
 
 
 def _is_trunk_tensor(name: str, config: HyV3Config) -> bool:
@@ -167,16 +181,7 @@ def write_hy_v3(
     writer.add_rope_freq_base(config.rope_freq_base)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
 
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(vocab.pre)
-    writer.add_token_list(list(vocab.tokens))
-    writer.add_token_types(list(vocab.token_types))
-    writer.add_token_merges(list(vocab.merges))
-    writer.add_bos_token_id(vocab.bos_id)
-    writer.add_eos_token_id(vocab.eos_id)
-    writer.add_add_bos_token(vocab.add_bos)
-    if chat_template:
-        writer.add_chat_template(chat_template)
+    add_bpe_vocab(writer, vocab, chat_template)
 
     for name, array in tensors.items():
         if not _part_tensors(name, config, part):

@@ -142,6 +142,12 @@ class Model:
         """Raw bytes of one token (may be part of a multi-byte character)."""
         return self._native.token_piece(token, False)
 
+    def embed(self, texts: Sequence[str], *, n_threads: int | None = None) -> list[list[float]]:
+        """Mean-pooled, L2-normalised hidden states of each text: local embeddings for retrieval."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise InvalidPromptError("texts must be a list of strings")
+        return self._native.embed(list(texts), n_threads or 0)
+
     def apply_chat_template(
         self,
         messages: Sequence[Message],

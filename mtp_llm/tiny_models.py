@@ -8,7 +8,10 @@ Nothing can be downloaded here, so the project makes its own models:
 * ``accept100``: the target always emits one token and the head always agrees;
 * ``accept33``: the head agrees only at draft position 1, so at n_draft=3
   exactly one draft in three is accepted;
-* ``eos``: the target emits end-of-generation at once.
+* ``eos``: the target emits end-of-generation at once;
+* ``hybrid``: a random-weight qwen35 (Gated DeltaNet + attention) model whose
+  head is right about a third of the time (partial acceptances), to exercise
+  recurrent-state rollback and checkpoint save/restore.
 
 The forced models use identity blocks (all projections zero, norms one) so
 the hidden state is the normalised token embedding, and a few chosen
@@ -22,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .gguf_hyv3 import BpeVocab, HyV3Config, split_mtp, write_hy_v3
+from .gguf_qwen35 import write_qwen35
 
 # Dimensions with a fixed meaning in the forced models.
 _D_TOKEN_X = 0  # steers the logits to TOKEN_X
@@ -157,6 +161,12 @@ def make_tiny_models(out_dir: str | Path) -> dict[str, Path]:
         split_mtp(paths["random"], out)
     paths["random-trunk"] = trunk
     paths["mtp-random-trunk"] = sidecar
+
+    hybrid = out / "hybrid.gguf"
+    if not hybrid.exists():
+        write_qwen35(hybrid.with_suffix(".tmp"), seed=4321, successor_scale=0.1, vocab=vocab)
+        hybrid.with_suffix(".tmp").replace(hybrid)
+    paths["hybrid"] = hybrid
     return paths
 
 

@@ -38,8 +38,8 @@ CASES: dict[str, tuple[str, str, str]] = {
     "n_draft huge": ("MTP(models['random'], n_draft=10**6)", "InvalidOptionError", "n_draft"),
     "n_ctx tiny": ("MTP(models['random'], n_ctx=1)", "InvalidOptionError", "n_ctx"),
     "bad cache type": ("MTP(models['random'], type_k='q9')", "InvalidOptionError", "type_k"),
-    "prompt beyond n_ctx": ("session(n_ctx=32).generate('x ' * 40, max_tokens=4)", "ContextOverflowError", "n_ctx"),
-    "max_tokens beyond n_ctx": ("session(n_ctx=32).generate('Hi', max_tokens=100)", "ContextOverflowError", "max_tokens"),
+    "prompt beyond n_ctx": ("session(n_ctx=256).generate('x ' * 200, max_tokens=4)", "ContextOverflowError", "n_ctx"),
+    "max_tokens beyond n_ctx": ("session(n_ctx=256).generate('Hi', max_tokens=300)", "ContextOverflowError", "max_tokens"),
     "empty prompt": ("session().generate('')", "InvalidPromptError", "empty"),
     "empty token list": ("session().generate([])", "InvalidPromptError", "empty"),
     "token out of vocabulary": ("session().generate([10**6])", "InvalidPromptError", "vocabulary"),
@@ -74,7 +74,7 @@ RUNNER = textwrap.dedent(
     def write(data):
         f = tempfile.NamedTemporaryFile(suffix='.gguf', delete=False); f.write(data); f.close(); return f.name
     def session(**kw):
-        kw.setdefault('n_threads', 1); kw.setdefault('n_ctx', 256)
+        kw.setdefault('n_threads', 1); kw.setdefault('n_ctx', 1024)
         return MTP(models['random'], **kw)
     try:
         exec(sys.argv[2])

@@ -1,0 +1,70 @@
+"""Model loading, metadata, tokenizer, chat template, embeddings, and the GGUF writer/splitter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mtp_llm import InvalidOptionError, Model
+from mtp_llm.gguf_hyv3 import read_hy_v3, split_mtp
+from mtp_llm.tiny_models import TINY_CONFIG, tiny_vocab
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_model_properties(random_model: Model) -> None:
+    assert random_model.architecture == "hy_v3"
+    assert random_model.n_vocab == len(tiny_vocab().tokens)
+    assert random_model.n_embd == TINY_CONFIG.n_embd
+    assert random_model.n_layer == TINY_CONFIG.n_layer  # trunk blocks; the head is extra
+    assert random_model.n_mtp_heads == 1 and random_model.has_mtp_head
+    assert random_model.n_ctx_train == TINY_CONFIG.n_ctx_train
+    assert random_model.chat_template is None
+    assert random_model.token_eos == tiny_vocab().eos_id and random_model.is_eog(random_model.token_eos)
+
+
+def test_trunk_and_sidecar_flags(tiny_paths) -> None:
+    trunk = Model.load(tiny_paths["random-trunk"])
+    sidecar = Model.load(tiny_paths["mtp-random-trunk"])
+    assert trunk.n_mtp_heads == 1 and not trunk.has_mtp_head and not trunk.is_mtp_sidecar
+    assert sidecar.has_mtp_head and sidecar.is_mtp_sidecar
+
+
+@pytest.mark.parametrize("text", ["Hello world", "the theory", "ünïcödé €", "a\nb\tc  d"])
+def test_tokenize_round_trip(random_model: Model, text: str) -> None:
+    tokens = random_model.tokenize(text)
+    assert random_model.detokenize(tokens) == text
+
+
+def test_merges_are_used(random_model: Model) -> None:
+    # "Ġt"+"he" -> "Ġthe" is merge 3 of the tiny vocabulary.
+    assert random_model.tokenize(" the") == [tiny_vocab().tokens.index("Ġthe")]
+
+
+def test_chat_template_override(random_model: Model) -> None:
+    prompt = random_model.apply_chat_template([{"role": "user", "content": "hi"}], chat_template=CHATML)
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    with pytest.raises(InvalidOptionError, match="chat template"):
+        random_model.apply_chat_template([("user", "hi")])
+
+
+def test_embeddings_are_normalised_and_deterministic(random_model: Model) -> None:
+    a, b, a2 = random_model.embed(["hello there", "something else entirely", "hello there"], n_threads=1)
+    assert len(a) == random_model.n_embd
+    assert np.isclose(np.linalg.norm(a), 1.0, atol=1e-5)
+    assert np.allclose(a, a2)
+    assert not np.allclose(a, b)
+
+
+def test_split_round_trip(tiny_paths, tmp_path) -> None:
+    trunk, sidecar = split_mtp(tiny_paths["random"], tmp_path)
+    config, tensors, _, _ = read_hy_v3(tiny_paths["random"])
+    _, trunk_tensors, _, _ = read_hy_v3(trunk)
+    _, head_tensors, _, _ = read_hy_v3(sidecar)
+    assert set(trunk_tensors) | set(head_tensors) == set(tensors)
+    assert set(trunk_tensors) & set(head_tensors) == {"token_embd.weight", "output_norm.weight"}
+    head = config.n_layer
+    assert np.array_equal(head_tensors[f"blk.{head}.nextn.eh_proj.weight"], tensors[f"blk.{head}.nextn.eh_proj.weight"])

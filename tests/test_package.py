@@ -1,0 +1,74 @@
+"""Package surface: public names, stubs matching the extension, CLI, default model."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mtp_llm
+from mtp_llm import _core
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_public_names() -> None:
+    assert {"Model", "MTP", "MTPError", "MTPStats", "STATS_KEY"} <= set(mtp_llm.__all__)
+    for name in mtp_llm.__all__:
+        assert hasattr(mtp_llm, name), name
+    assert issubclass(mtp_llm.ModelLoadError, mtp_llm.MTPError)
+
+
+def test_stub_matches_extension() -> None:
+    tree = ast.parse((ROOT / "mtp_llm" / "_core.pyi").read_text())
+    stub: dict[str, set[str]] = {"": set()}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            stub[""].add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            stub[""].add(node.name)
+            stub[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
+    public = {n for n in dir(_core) if not n.startswith("_")}
+    assert stub[""] == public
+    for cls in ("Model", "Session"):
+        native = {n for n in dir(getattr(_core, cls)) if not n.startswith("_")}
+        assert stub[cls] == native, cls
+
+
+def test_py_typed_is_shipped() -> None:
+    assert (ROOT / "mtp_llm" / "py.typed").exists()
+
+
+def test_cli_generate_streams_and_prints_stats(tiny_paths) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "generate", "--model", str(tiny_paths["accept100"]), "--threads", "1",
+         "--max-tokens", "8", "--json", "Hi"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    text, _, payload = proc.stdout.partition("\n")
+    assert text == "aaaaaaaa"
+    report = json.loads(payload)
+    assert report["finish_reason"] == "length"
+    assert report["stats"]["acceptance_rate"] == 1.0 and report["stats"]["tokens_emitted"] == 8
+
+
+def test_cli_no_mtp(tiny_paths) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "generate", "--model", str(tiny_paths["random"]), "--threads", "1",
+         "--max-tokens", "8", "--no-mtp", "--json", "Hi"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.partition("\n")[2])["stats"]["drafts_generated"] == 0
+
+
+def test_cli_reports_errors_without_traceback(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "generate", "--model", str(tmp_path / "missing.gguf"), "Hi"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "not found" in proc.stderr and "Traceback" not in proc.stderr
