@@ -78,7 +78,8 @@ class MTP:
         n_threads: decode threads (default: all cores).
         n_threads_batch: prompt/verify threads (default: n_threads).
         flash_attn: None = auto, True/False to force.
-        type_k, type_v: KV cache types ("f16", "q8_0", ...), both contexts.
+        type_k: K cache type ("f16", "q8_0", ...) of both contexts.
+        type_v: V cache type of both contexts.
         offload_kqv: keep KV cache and attention on the GPU backend.
         rollback: for hybrid (recurrent) targets, "rs" rolls back recurrent
             state in place, "checkpoint" saves/restores it each round;

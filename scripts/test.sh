@@ -5,5 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 VENV="${MTP_LLM_VENV:-.venv}"
 "$VENV/bin/python" -m pytest "$@"
-"$VENV/bin/python" -m mkdocs build --strict --quiet --site-dir build/site
+# Not --quiet: mkdocs ignores warnings in strict mode when they are not logged.
+"$VENV/bin/python" -m mkdocs build --strict --site-dir build/site
 echo "docs: built with --strict"

@@ -140,3 +140,45 @@ async def test_async_cancel_stops_native_loop(random_model: Model) -> None:
         await task
     assert not session._native.active
     assert await session.agenerate("Hello", max_tokens=24, temp=0) == expected
+
+
+def test_keyboard_interrupt_from_a_signal_leaves_session_reusable(random_model: Model) -> None:
+    import signal
+
+    session = make_session(random_model, n_draft=3, n_ctx=4096)
+    expected = reference(session)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(KeyboardInterrupt):
+            session.generate("Hello", max_tokens=4000, temp=0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not session._native.active
+    assert reference(session) == expected
+
+
+def test_random_cancellation_points_match_fresh_session(random_model: Model) -> None:
+    import random
+
+    rng = random.Random(1234)
+    session = make_session(random_model, n_draft=3)
+    fresh = make_session(random_model, n_draft=3)
+    prompts = ["Hello", "Once upon a time", "The fox"]
+    for _ in range(20):
+        prompt = rng.choice(prompts)
+        how = rng.choice(["break", "close", "drop"])
+        it = session.stream_events(prompt, max_tokens=60, temp=0)
+        for _ in range(rng.randint(0, 30)):
+            if next(it, None) is None:
+                break
+        if how == "close":
+            it.close()
+        del it
+        check = rng.choice(prompts)
+        assert session.generate(check, max_tokens=20, temp=0) == fresh.generate(check, max_tokens=20, temp=0)

@@ -39,7 +39,7 @@ def test_auto_rollback_is_rs(hybrid_model: Model) -> None:
     assert make_session(hybrid_model, n_draft=2).rollback_mode == "rs"
 
 
-@pytest.mark.parametrize("n_draft", [1, 2, 3])
+@pytest.mark.parametrize("n_draft", [1, 2, 3, 4])
 @pytest.mark.parametrize("mode", MODES)
 def test_greedy_mtp_equals_plain_decoding(
     hybrid_model: Model, plain_ids: dict[str, list[int]], mode: str, n_draft: int

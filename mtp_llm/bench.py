@@ -1,0 +1,276 @@
+"""``mtp-llm bench``: MTP against plain decoding on the same model, prompts and threads.
+
+Configurations run interleaved (plain, n_draft=1, 2, ... then again) after a
+warm-up, so machine noise hits every configuration alike. Each repetition
+generates ``--tokens`` tokens greedily for every prompt; a repetition's decode
+speed is its tokens over its decode time. The report gives medians and min-max
+over repetitions, the ratio to plain decoding, and the efficiency
+``speedup / (1 + acceptance_rate * n_draft)``: the share of the ideal speedup
+that verify, draft and checkpoint overheads leave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import resource
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PROMPTS = [
+    "ROMEO: But soft, what light through yonder window breaks?",
+    "To be, or not to be, that is the question:",
+    "KING LEAR: Blow, winds, and crack your cheeks! rage! blow!",
+    "Of Man's first disobedience, and the fruit",
+]
+
+
+@dataclasses.dataclass
+class ConfigResult:
+    """Measurements of one configuration (n_draft = 0 is plain decoding)."""
+
+    n_draft: int
+    decode_tps: list[float] = dataclasses.field(default_factory=list)
+    prompt_tps: list[float] = dataclasses.field(default_factory=list)
+    ttft_ms: list[float] = dataclasses.field(default_factory=list)
+    python_us_per_token: list[float] = dataclasses.field(default_factory=list)
+    acceptance_rate: float = 0.0
+    mean_accepted_length: float = 0.0
+    per_position: list[float] = dataclasses.field(default_factory=list)
+    timing_share: dict[str, float] = dataclasses.field(default_factory=dict)
+    peak_rss_mb: float = 0.0
+
+    def median(self, name: str) -> float:
+        values = getattr(self, name)
+        return statistics.median(values) if values else 0.0
+
+    def span(self, name: str) -> tuple[float, float]:
+        values = getattr(self, name)
+        return (min(values), max(values)) if values else (0.0, 0.0)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _run_once(session: Any, prompts: list[str], tokens: int) -> tuple[float, float, float, float, Any]:
+    """Generate for every prompt; return decode t/s, prompt t/s, mean TTFT (ms), Python us/token, stats."""
+    from .events import DoneEvent
+
+    session.reset_stats()
+    wall = 0.0
+    for prompt in prompts:
+        start = time.perf_counter()
+        for event in session.stream_events(prompt, max_tokens=tokens, temp=0):
+            if type(event) is DoneEvent:
+                break
+        wall += time.perf_counter() - start
+    s = session.stats()
+    native_s = (s.timing_us.total + s.prompt_us) / 1e6
+    python_us = max(0.0, wall - native_s) * 1e6 / max(1, s.tokens_emitted)
+    ttft_ms = s.time_to_first_token_us / 1000.0
+    return s.tokens_per_sec, s.prompt_tokens_per_sec, ttft_ms, python_us, s
+
+
+def run_bench(
+    model_path: str | None,
+    n_drafts: list[int],
+    prompts: list[str],
+    tokens: int,
+    threads: int | None,
+    reps: int,
+    warmup: int,
+    progress: bool = True,
+) -> tuple[list[ConfigResult], dict[str, Any]]:
+    from .model import Model
+    from .session import MTP
+
+    model = Model.load(model_path) if model_path else Model.load_default()
+    n_ctx = max(512, tokens + 256)
+    configs = [0, *[k for k in n_drafts if k > 0]]
+    sessions = {k: MTP(model, n_draft=k, n_ctx=n_ctx, n_threads=threads) for k in configs}
+    results = {k: ConfigResult(n_draft=k) for k in configs}
+
+    total = (warmup + reps) * len(configs)
+    bar = _progress(total, progress)
+    for rep in range(warmup + reps):
+        for k in configs:
+            decode, prompt_tps, ttft, py_us, stats = _run_once(sessions[k], prompts, tokens)
+            bar.update(1)
+            if rep < warmup:
+                continue
+            r = results[k]
+            r.decode_tps.append(decode)
+            r.prompt_tps.append(prompt_tps)
+            r.ttft_ms.append(ttft)
+            r.python_us_per_token.append(py_us)
+            r.acceptance_rate = stats.acceptance_rate
+            r.mean_accepted_length = stats.mean_accepted_length
+            r.per_position = list(stats.acceptance_rate_per_position)
+            t = stats.timing_us
+            total_us = max(1, t.total)
+            r.timing_share = {
+                name: getattr(t, name) / total_us for name in ("draft", "verify", "sample", "ckpt", "other")
+            }
+            r.peak_rss_mb = _peak_rss_mb()
+    bar.close()
+    meta = {
+        "model": str(model.path),
+        "architecture": model.architecture,
+        "n_params": model.n_params,
+        "tokens": tokens,
+        "prompts": len(prompts),
+        "threads": threads,
+        "reps": reps,
+        "warmup": warmup,
+    }
+    return [results[k] for k in configs], meta
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, desc="bench", unit="run")
+
+
+def to_rows(results: list[ConfigResult]) -> list[dict[str, Any]]:
+    plain = results[0].median("decode_tps") or 1.0
+    rows = []
+    for r in results:
+        speedup = r.median("decode_tps") / plain
+        ideal = 1.0 + r.acceptance_rate * r.n_draft
+        lo, hi = r.span("decode_tps")
+        rows.append(
+            {
+                "config": "plain" if r.n_draft == 0 else f"mtp n_draft={r.n_draft}",
+                "n_draft": r.n_draft,
+                "decode_tps_median": round(r.median("decode_tps"), 1),
+                "decode_tps_min": round(lo, 1),
+                "decode_tps_max": round(hi, 1),
+                "speedup": round(speedup, 3),
+                "acceptance_rate": round(r.acceptance_rate, 3),
+                "mean_accepted_length": round(r.mean_accepted_length, 3),
+                "efficiency": round(speedup / ideal, 3) if r.n_draft else None,
+                "prompt_tps_median": round(r.median("prompt_tps"), 1),
+                "ttft_ms_median": round(r.median("ttft_ms"), 2),
+                "python_us_per_token": round(r.median("python_us_per_token"), 2),
+                "acceptance_per_position": [round(p, 3) for p in r.per_position],
+                "timing_share": {k: round(v, 3) for k, v in r.timing_share.items()},
+                "peak_rss_mb": round(r.peak_rss_mb, 1),
+            }
+        )
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| config | decode t/s (median, min-max) | x plain | acceptance | mean acc. len | efficiency "
+        "| prompt t/s | TTFT ms | Python us/token | time: draft/verify/sample/ckpt/other | peak RSS MB |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        share = r["timing_share"]
+        shares = "/".join(f"{share.get(k, 0):.2f}" for k in ("draft", "verify", "sample", "ckpt", "other"))
+        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.2f}"
+        lines.append(
+            f"| {r['config']} | {r['decode_tps_median']:.1f} ({r['decode_tps_min']:.1f}-{r['decode_tps_max']:.1f}) "
+            f"| {r['speedup']:.2f} | {r['acceptance_rate']:.3f} | {r['mean_accepted_length']:.2f} | {eff} "
+            f"| {r['prompt_tps_median']:.1f} | {r['ttft_ms_median']:.2f} | {r['python_us_per_token']:.2f} "
+            f"| {shares} | {r['peak_rss_mb']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    plain = rows[0]["decode_tps_median"]
+    mtp = [r for r in rows if r["n_draft"]]
+    xs = [r["n_draft"] for r in mtp]
+    ax1.errorbar(
+        xs,
+        [r["decode_tps_median"] for r in mtp],
+        yerr=[
+            [r["decode_tps_median"] - r["decode_tps_min"] for r in mtp],
+            [r["decode_tps_max"] - r["decode_tps_median"] for r in mtp],
+        ],
+        marker="o",
+        capsize=4,
+        label="MTP",
+    )
+    ax1.axhline(plain, color="grey", linestyle="--", label=f"plain ({plain:.0f} t/s)")
+    ax1.set_xlabel("n_draft")
+    ax1.set_ylabel("decode tokens/s")
+    ax1.set_xticks(xs)
+    ax1.legend()
+    ax1.set_title("decode throughput")
+    for r in mtp:
+        positions = r["acceptance_per_position"]
+        ax2.plot(range(1, len(positions) + 1), positions, marker="o", label=f"n_draft={r['n_draft']}")
+    ax2.set_xlabel("draft position")
+    ax2.set_ylabel("acceptance rate (conditional)")
+    ax2.set_ylim(0, 1.05)
+    ax2.legend()
+    ax2.set_title("acceptance per draft position")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
+    prompts = (
+        [line for line in Path(args.prompts).read_text().splitlines() if line.strip()]
+        if args.prompts
+        else DEFAULT_PROMPTS
+    )
+    results, meta = run_bench(
+        args.model, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress
+    )
+    rows = to_rows(results)
+    table = markdown_table(rows)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    (out / "bench.md").write_text(table + "\n")
+    png = plot(rows, out / "bench.png", f"{Path(meta['model']).name}, {meta['tokens']} tokens, threads={meta['threads']}")
+    print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {png}" if png else ""))
+    return 0
+
+
+def add_bench_parser(sub: Any) -> None:
+    p = sub.add_parser("bench", help="benchmark MTP against plain decoding (interleaved runs)")
+    p.add_argument("--model", help="GGUF with an MTP head (default: the built-in model)")
+    p.add_argument("--n-draft", default="1,2,3,4", help="comma-separated draft lengths (default 1,2,3,4)")
+    p.add_argument("--prompts", help="file with one prompt per line")
+    p.add_argument("--tokens", type=int, default=128, help="tokens generated per prompt")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--reps", type=int, default=3, help="measured repetitions")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--out", default="benchmarks/results", help="output directory")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_bench)
