@@ -182,3 +182,16 @@ def test_random_cancellation_points_match_fresh_session(random_model: Model) -> 
         del it
         check = rng.choice(prompts)
         assert session.generate(check, max_tokens=20, temp=0) == fresh.generate(check, max_tokens=20, temp=0)
+
+
+def test_quick_soak_has_no_leak(tiny_paths) -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from soak import soak
+    finally:
+        sys.path.pop(0)
+    result = soak(str(tiny_paths["random"]), iterations=150, warmup=30)
+    assert result["growth_mb"] < 5.0, result
