@@ -22,6 +22,14 @@ _CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, 
 _ROLLBACK = ("auto", "rs", "checkpoint")
 
 
+def _on_event_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class _GenerationLock:
     """One generation per session: other threads wait, re-entry from the owner raises."""
 
@@ -40,7 +48,11 @@ class _GenerationLock:
         owner = threading.get_ident()
         if self._owner == owner:
             raise self._busy_error()
-        self._lock.acquire()
+        if not self._lock.acquire(blocking=False):
+            if _on_event_loop_thread():
+                # Waiting here would block the event loop that has to finish the holder.
+                raise self._busy_error()
+            self._lock.acquire()
         self._owner = owner
         try:
             yield
@@ -216,8 +228,9 @@ class MTP:
         tokens = self.tokenize_prompt(prompt)
         self._check_open()
         with self._lock.hold():
-            self._begin(tokens, opts)
             try:
+                # begin() inside the try: an interrupt right after it still ends the generation.
+                self._begin(tokens, opts)
                 yield from self._drive(opts)
             finally:
                 self._native.end()
@@ -233,8 +246,8 @@ class MTP:
         owner = object()
         await self._lock.acquire_async(owner)
         try:
-            await self._in_thread(loop, self._begin, tokens, opts)
             try:
+                await self._in_thread(loop, self._begin, tokens, opts)
                 events = _EventStream(self, opts.emit_stats_every)
                 finished = False
                 while not finished:
