@@ -25,17 +25,19 @@ from .session import MTP
 from .stats import STATS_KEY, MTPStats
 
 __all__ = [
+    "DEFAULT_CHAT_TEMPLATE",
+    "OPTION_ATTRIBUTES",
     "STATS_KEY",
     "EngineSpec",
-    "DEFAULT_CHAT_TEMPLATE",
     "ToolSpec",
+    "call_options",
     "chat_prompt",
     "format_tool_call",
     "get_session",
     "merge_options",
+    "parse_tool_output",
     "partial_tool_response",
     "resolve_chat_template",
-    "parse_tool_output",
     "stats_payload",
     "tool_call_grammar",
     "tools_system_prompt",
@@ -121,6 +123,45 @@ def merge_options(
     if stop is not None:
         merged["stop"] = normalize_stop(stop)
     return GenerationOptions.from_kwargs(None, **merged)
+
+
+OPTION_ATTRIBUTES: dict[str, str] = {
+    "max_tokens": "max_tokens",
+    "temp": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "seed": "seed",
+    "repeat_penalty": "repeat_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "penalty_last_n": "penalty_last_n",
+    "stop": "stop",
+    "grammar": "grammar",
+    "emit_stats_every": "emit_stats_every",
+    "timeout": "timeout",
+}
+"""Generation option -> the integration attribute holding its instance default
+(both integrations name the temperature ``temperature``, as their frameworks do)."""
+
+
+def call_options(
+    instance: object,
+    call_kwargs: Mapping[str, Any],
+    stop: str | Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Keyword options for :meth:`MTP.stream_events` of one call: the instance's
+    defaults (read through :data:`OPTION_ATTRIBUTES`), overridden by per-call
+    kwargs (``temperature`` accepted for ``temp``; a per-call ``stop`` wins).
+    Unknown options raise :class:`InvalidOptionError`."""
+    defaults = {option: getattr(instance, attr, None) for option, attr in OPTION_ATTRIBUTES.items()}
+    call = dict(call_kwargs)
+    if "temperature" in call:
+        call["temp"] = call.pop("temperature")
+    if stop is None:
+        stop = call.pop("stop", None)
+    options = merge_options(defaults, call, stop)
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
 
 
 def chat_prompt(model: Model, messages: Sequence[tuple[str, str]], chat_template: str | None = None) -> str:

@@ -1,0 +1,520 @@
+"""LlamaIndex integration: :class:`MTPLLM` (LLM with tool calling) and :class:`MTPEmbedding`.
+
+Setup::
+
+    pip install "mtp-llm[llamaindex]"
+
+Instantiate (cheap: the native model loads on first use and is shared by every
+instance with the same engine settings)::
+
+    from mtp_llm.llamaindex import MTPLLM, MTPEmbedding
+
+    llm = MTPLLM(model_path="model.gguf", n_draft=3, temperature=0)
+    embed_model = MTPEmbedding(model_path="model.gguf")
+
+Complete, stream, chat::
+
+    resp = llm.complete("The capital of France is", max_tokens=16, stop=["\\n"])
+    resp.additional_kwargs["mtp_stats"]["acceptance_rate"]
+    for chunk in llm.stream_complete("Once upon a time"):
+        print(chunk.delta, end="")
+
+Every call publishes its speculative-decoding stats under
+:data:`~mtp_llm.STATS_KEY` in the final response's ``additional_kwargs`` (so in
+``LLMCompletionEndEvent`` / ``LLMChatEndEvent``) and dispatches an
+:class:`MTPStatsEvent` carrying the span id of the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+from llama_index.core.base.llms.generic_utils import messages_to_prompt as generic_messages_to_prompt
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
+from llama_index.core.instrumentation.span import active_span_id
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.custom import CustomLLM
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.tools.types import BaseTool
+from llama_index_instrumentation.base import BaseEvent
+
+from ._integration import (
+    DEFAULT_CHAT_TEMPLATE,
+    EngineSpec,
+    ToolSpec,
+    call_options,
+    chat_prompt,
+    format_tool_call,
+    get_model,
+    get_session,
+    parse_tool_output,
+    partial_tool_response,
+    stats_payload,
+    tool_call_grammar,
+    tools_system_prompt,
+)
+from .events import DoneEvent, Event, StatsEvent, TokenEvent
+from .model import Model
+from .session import MTP
+from .stats import STATS_KEY, MTPStats
+
+__all__ = ["MTPLLM", "STATS_KEY", "MTPEmbedding", "MTPStatsEvent"]
+
+dispatcher = get_dispatcher(__name__)
+
+_TOOL_CALLS = "tool_calls"
+"""Key of the tool calls in an assistant message's ``additional_kwargs``."""
+
+_ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool", "developer": "system"}
+
+
+class MTPStatsEvent(BaseEvent):
+    """Speculative-decoding stats of one MTPLLM call.
+
+    Dispatched every ``emit_stats_every`` tokens while the call runs
+    (``final=False``) and once when it ends (``final=True``). ``span_id`` is the
+    span of the LLM call that produced it, also when dispatched from a stream.
+    """
+
+    stats: dict[str, Any]
+    """:meth:`mtp_llm.MTPStats.to_dict` of the call so far."""
+    final: bool
+    """True for the end-of-call event."""
+    finish_reason: str | None = None
+    """Why the call ended ("eog", "length" or "stop"); final events only."""
+    model_name: str = ""
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MTPStatsEvent"
+
+
+class MTPLLM(FunctionCallingLLM, CustomLLM):
+    """llama.cpp MTP speculative decoding as a LlamaIndex LLM.
+
+    Chat goes through the GGUF's chat template (``chat_template`` overrides it;
+    for a model without one, a custom ``messages_to_prompt`` if given, else
+    ChatML; ``metadata.is_chat_model`` is True only with a real template). Tool
+    calls are generated under a JSON-schema grammar, so they always parse; the
+    class implements ``FunctionCallingLLM`` and works with ``FunctionAgent``.
+
+    Per-call keyword options: ``max_tokens``, ``stop``, ``temperature``/``temp``,
+    ``top_k``, ``top_p``, ``min_p``, ``seed``, ``repeat_penalty``,
+    ``frequency_penalty``, ``presence_penalty``, ``penalty_last_n``,
+    ``grammar`` (GBNF), ``n_draft``, ``emit_stats_every``, ``timeout``; they
+    override the constructor defaults of the same names.
+    """
+
+    # engine (identifies the shared native session)
+    model_path: str | None = Field(default=None, description="GGUF file; None = the built-in default model.")
+    draft_model_path: str | None = Field(default=None, description="Optional mtp-*.gguf sidecar with the MTP head.")
+    n_draft: int = Field(default=3, ge=0, description="Maximum draft tokens per step (0 = plain decoding).")
+    n_ctx: int = Field(default=2048, gt=0, description="Context size of the session.")
+    n_batch: int = Field(default=512, gt=0, description="Maximum tokens per decode call.")
+    n_threads: int | None = Field(default=None, gt=0, description="Decode threads (None = all cores).")
+    n_threads_batch: int | None = Field(default=None, gt=0, description="Prompt threads (None = n_threads).")
+    flash_attn: bool | None = Field(default=None, description="None = auto.")
+    n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
+    chat_template: str | None = Field(default=None, description="Jinja chat template overriding the GGUF's.")
+
+    # generation defaults (None = the engine's default)
+    max_tokens: int = Field(default=256, gt=0, description="Maximum new tokens per call.")
+    temperature: float | None = Field(default=None, ge=0.0, description="Sampling temperature; 0 = greedy.")
+    top_k: int | None = Field(default=None, description="Top-k sampling.")
+    top_p: float | None = Field(default=None, description="Nucleus sampling.")
+    min_p: float | None = Field(default=None, description="Min-p sampling.")
+    seed: int | None = Field(default=None, description="Sampler seed (None = random per call).")
+    repeat_penalty: float | None = Field(default=None, description="Repetition penalty.")
+    frequency_penalty: float | None = Field(default=None, description="Frequency penalty.")
+    presence_penalty: float | None = Field(default=None, description="Presence penalty.")
+    penalty_last_n: int | None = Field(default=None, description="Tokens considered by the penalties.")
+    stop: list[str] | None = Field(default=None, description="Stop strings (a per-call stop replaces them).")
+    grammar: str | None = Field(default=None, description="GBNF grammar constraining every call.")
+    emit_stats_every: int = Field(default=0, ge=0, description="Dispatch an MTPStatsEvent every N tokens.")
+    timeout: float | None = Field(default=None, gt=0, description="Seconds before a call is stopped.")
+
+    _session: MTP | None = PrivateAttr(default=None)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MTPLLM"
+
+    # ------------------------------------------------------------ engine --
+
+    @property
+    def engine_spec(self) -> EngineSpec:
+        return EngineSpec(
+            model_path=self.model_path,
+            draft_model_path=self.draft_model_path,
+            n_draft=self.n_draft,
+            n_ctx=self.n_ctx,
+            n_batch=self.n_batch,
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads_batch,
+            flash_attn=self.flash_attn,
+            n_gpu_layers=self.n_gpu_layers,
+        )
+
+    @property
+    def session(self) -> MTP:
+        """The shared native session (loaded on first use)."""
+        if self._session is None:
+            self._session = get_session(self.engine_spec)
+        return self._session
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        session = self.session
+        return LLMMetadata(
+            context_window=session.n_ctx,
+            num_output=self.max_tokens,
+            is_chat_model=self._template() is not None,
+            is_function_calling_model=True,
+            model_name=_model_name(self.model_path),
+        )
+
+    def _template(self) -> str | None:
+        """The user's template, else the GGUF's (None: a plain completion model)."""
+        return self.chat_template or self.session.model.chat_template
+
+    # ------------------------------------------------------------ prompts --
+
+    def _completion_call(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> _Call:
+        if not formatted and self.completion_to_prompt is not None:
+            prompt = self.completion_to_prompt(prompt)
+        return _Call(self, prompt, call_options(self, kwargs), tools=None)
+
+    def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call:
+        kwargs = dict(kwargs)
+        tools = [_tool_spec(t) for t in kwargs.pop("tools", None) or []]
+        tool_choice = _tool_choice_name(kwargs.pop("tool_choice", None))
+        kwargs.pop("allow_parallel_tool_calls", None)
+        pairs = [_message_pair(m) for m in messages]
+        if tools:
+            instructions = tools_system_prompt(tools)
+            if pairs and pairs[0][0] == "system":
+                pairs[0] = ("system", f"{pairs[0][1]}\n\n{instructions}")
+            else:
+                pairs.insert(0, ("system", instructions))
+            kwargs["grammar"] = tool_call_grammar(tools, tool_choice)
+        template = self._template()
+        if template is None and self.messages_to_prompt is not generic_messages_to_prompt:
+            # No chat template anywhere, but the user gave LlamaIndex's own formatter.
+            formatter = self.messages_to_prompt
+            assert formatter is not None
+            prompt = formatter([ChatMessage(role=role, content=text) for role, text in pairs])
+        else:
+            prompt = chat_prompt(self.session.model, pairs, template or DEFAULT_CHAT_TEMPLATE)
+        return _Call(self, prompt, call_options(self, kwargs), tools=tools or None)
+
+    # ---------------------------------------------------------- completion --
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        call = self._completion_call(prompt, formatted, kwargs)
+        for _ in call.run():
+            pass
+        return call.completion_response(final=True)
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        call = self._completion_call(prompt, formatted, kwargs)
+
+        def gen() -> CompletionResponseGen:
+            for delta in call.run():
+                yield call.completion_response(delta)
+            yield call.completion_response(final=True)
+
+        return gen()
+
+    @llm_completion_callback()
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        call = self._completion_call(prompt, formatted, kwargs)
+        async for _ in call.arun():
+            pass
+        return call.completion_response(final=True)
+
+    @llm_completion_callback()
+    async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseAsyncGen:
+        call = self._completion_call(prompt, formatted, kwargs)
+
+        async def gen() -> CompletionResponseAsyncGen:
+            async for delta in call.arun():
+                yield call.completion_response(delta)
+            yield call.completion_response(final=True)
+
+        return gen()
+
+    # ---------------------------------------------------------------- chat --
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        call = self._chat_call(messages, kwargs)
+        for _ in call.run():
+            pass
+        return call.chat_response(final=True)
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        call = self._chat_call(messages, kwargs)
+
+        def gen() -> ChatResponseGen:
+            for delta in call.run():
+                yield call.chat_response(delta)
+            yield call.chat_response(final=True)
+
+        return gen()
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        call = self._chat_call(messages, kwargs)
+        async for _ in call.arun():
+            pass
+        return call.chat_response(final=True)
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+        call = self._chat_call(messages, kwargs)
+
+        async def gen() -> ChatResponseAsyncGen:
+            async for delta in call.arun():
+                yield call.chat_response(delta)
+            yield call.chat_response(final=True)
+
+        return gen()
+
+    # -------------------------------------------------------- tool calling --
+
+    def _prepare_chat_with_tools(
+        self,
+        tools: Sequence[BaseTool],
+        user_msg: str | ChatMessage | None = None,
+        chat_history: list[ChatMessage] | None = None,
+        verbose: bool = False,
+        allow_parallel_tool_calls: bool = False,
+        tool_required: bool = False,
+        tool_choice: str | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        messages = list(chat_history or [])
+        if user_msg is not None:
+            messages.append(
+                ChatMessage(role=MessageRole.USER, content=user_msg) if isinstance(user_msg, str) else user_msg
+            )
+        if tool_choice is None:
+            tool_choice = "required" if tool_required else "auto"
+        return {"messages": messages, "tools": list(tools), "tool_choice": tool_choice, **kwargs}
+
+    def get_tool_calls_from_response(
+        self, response: ChatResponse, error_on_no_tool_call: bool = True, **kwargs: Any
+    ) -> list[ToolSelection]:
+        calls = response.message.additional_kwargs.get(_TOOL_CALLS) or []
+        if not calls and error_on_no_tool_call:
+            raise ValueError(f"expected at least one tool call, got: {response.message.content!r}")
+        return [ToolSelection(tool_id=c["id"], tool_name=c["name"], tool_kwargs=c["arguments"]) for c in calls]
+
+
+class _Call:
+    """One generation: turns engine events into LlamaIndex responses and stats events.
+
+    Built when the LLM method is called (inside its instrumentation span), so the
+    span id and the validated options are fixed before any streaming starts. The
+    sync and async paths differ only in how they pull engine events.
+    """
+
+    def __init__(self, llm: MTPLLM, prompt: str, options: dict[str, Any], tools: list[ToolSpec] | None) -> None:
+        self.session = llm.session
+        self.prompt = prompt
+        self.options = options
+        self.tools = tools
+        self.model_name = _model_name(llm.model_path)
+        self.span_id = active_span_id.get()
+        self.raw = ""
+        """The model's text (JSON under tool calling)."""
+        self.text = ""
+        """What the caller sees: the raw text, or the direct answer under tool calling."""
+        self.final_delta = ""
+        """Delta of the final response: the rest of a direct answer parsed at the end."""
+        self.tool_calls: list[dict[str, Any]] = []
+        self.stats: MTPStats | None = None
+        self.finish_reason: str | None = None
+
+    def run(self) -> Iterator[str]:
+        """Run the generation, yielding each non-empty text delta."""
+        for event in self.session.stream_events(self.prompt, **self.options):
+            delta = self._feed(event)
+            if delta:
+                yield delta
+
+    async def arun(self) -> AsyncIterator[str]:
+        """:meth:`run` on :meth:`MTP.astream_events`: the event loop stays free."""
+        async for event in self.session.astream_events(self.prompt, **self.options):
+            delta = self._feed(event)
+            if delta:
+                yield delta
+
+    def _feed(self, event: Event) -> str | None:
+        kind = type(event)
+        if kind is TokenEvent:
+            assert isinstance(event, TokenEvent)
+            if not event.text:
+                return None
+            self.raw += event.text
+            if self.tools is None:
+                self.text = self.raw
+                return event.text
+            visible = partial_tool_response(self.raw) or ""
+            delta, self.text = visible[len(self.text) :], visible
+            return delta
+        if kind is StatsEvent:
+            assert isinstance(event, StatsEvent)
+            self._dispatch(event.stats, final=False)
+        elif kind is DoneEvent:
+            assert isinstance(event, DoneEvent)
+            self.stats, self.finish_reason = event.stats, event.finish_reason
+            if self.tools is not None:
+                self._finish_tool_output()
+            self._dispatch(event.stats, final=True)
+        return None
+
+    def _finish_tool_output(self) -> None:
+        try:
+            content, calls = parse_tool_output(self.raw)
+        except (ValueError, KeyError, TypeError):
+            # Cut off (max_tokens, stop, timeout) before the JSON closed.
+            partial = partial_tool_response(self.raw)
+            content, calls = (partial if partial is not None else self.raw), []
+        self.tool_calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", **c} for c in calls]
+        self.final_delta = content.removeprefix(self.text)
+        self.text = content
+
+    def _dispatch(self, stats: MTPStats, *, final: bool) -> None:
+        dispatcher.event(
+            MTPStatsEvent(
+                stats=stats_payload(stats),
+                final=final,
+                finish_reason=self.finish_reason if final else None,
+                model_name=self.model_name,
+                span_id=self.span_id,
+            )
+        )
+
+    def _final_kwargs(self) -> dict[str, Any]:
+        stats = self.stats if self.stats is not None else self.session.last_stats
+        return {STATS_KEY: stats_payload(stats), "finish_reason": self.finish_reason}
+
+    def completion_response(self, delta: str = "", *, final: bool = False) -> CompletionResponse:
+        if not final:
+            return CompletionResponse(text=self.text, delta=delta)
+        return CompletionResponse(text=self.text, delta=self.final_delta, additional_kwargs=self._final_kwargs())
+
+    def chat_response(self, delta: str = "", *, final: bool = False) -> ChatResponse:
+        if not final:
+            return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=self.text), delta=delta)
+        extra = {_TOOL_CALLS: self.tool_calls} if self.tool_calls else {}
+        return ChatResponse(
+            message=ChatMessage(role=MessageRole.ASSISTANT, content=self.text, additional_kwargs=extra),
+            delta=self.final_delta,
+            additional_kwargs=self._final_kwargs(),
+        )
+
+
+class MTPEmbedding(BaseEmbedding):
+    """Local embeddings computed by llama.cpp from a GGUF model's hidden states
+    (mean-pooled, L2-normalised): offline RAG without another model.
+
+    Shares the loaded weights with :class:`MTPLLM` instances on the same file.
+    """
+
+    model_path: str | None = Field(default=None, description="GGUF file; None = the built-in default model.")
+    n_threads: int | None = Field(default=None, gt=0, description="Threads (None = all cores).")
+    n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
+
+    _model: Model | None = PrivateAttr(default=None)
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("model_name", _model_name(kwargs.get("model_path")))
+        super().__init__(**kwargs)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MTPEmbedding"
+
+    @property
+    def model(self) -> Model:
+        """The shared loaded model (loaded on first use)."""
+        if self._model is None:
+            path = EngineSpec(model_path=self.model_path).resolved_model_path()
+            self._model = get_model(path, n_gpu_layers=self.n_gpu_layers)
+        return self._model
+
+    def _embed(self, texts: list[str]) -> list[Embedding]:
+        return self.model.embed(texts, n_threads=self.n_threads)
+
+    def _get_query_embedding(self, query: str) -> Embedding:
+        return self._embed([query])[0]
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        return self._embed([text])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return self._embed(list(texts))
+
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        return (await asyncio.to_thread(self._embed, [query]))[0]
+
+    async def _aget_text_embedding(self, text: str) -> Embedding:
+        return (await asyncio.to_thread(self._embed, [text]))[0]
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return await asyncio.to_thread(self._embed, list(texts))
+
+
+# ------------------------------------------------------------------ helpers --
+
+
+def _model_name(model_path: str | None) -> str:
+    return Path(model_path).name.removesuffix(".gguf") if model_path else "mtp-llm-default"
+
+
+def _message_pair(message: ChatMessage) -> tuple[str, str]:
+    """A LlamaIndex message as ``(role, text)``; earlier tool calls are written
+    back in the JSON form the model produces them in."""
+    role = str(message.role.value if isinstance(message.role, MessageRole) else message.role)
+    role = _ROLES.get(role, role)
+    calls = message.additional_kwargs.get(_TOOL_CALLS)
+    if role == "assistant" and calls:
+        return role, "\n".join(format_tool_call(c["name"], c["arguments"]) for c in calls)
+    return role, message.content or ""
+
+
+def _tool_spec(tool: BaseTool | ToolSpec) -> ToolSpec:
+    if isinstance(tool, ToolSpec):
+        return tool
+    meta = tool.metadata
+    return ToolSpec(name=meta.get_name(), description=meta.description, parameters=meta.get_parameters_dict())
+
+
+def _tool_choice_name(choice: str | dict[str, Any] | None) -> str | None:
+    """Accept "auto"/"required"/"none"/a tool name, or OpenAI's {"function": {"name": ...}}."""
+    if isinstance(choice, dict):
+        return str(choice.get("function", {}).get("name") or choice.get("name") or "required")
+    return choice
