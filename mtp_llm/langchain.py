@@ -1,0 +1,1001 @@
+"""LangChain integration: :class:`MTPLLM` (a ``BaseLLM``) and :class:`ChatMTP` (a ``BaseChatModel``).
+
+Both run llama.cpp's native MTP speculative decoding through one shared
+session per model file and load options (loaded lazily on first use, so
+constructing a model is cheap), stream token by token through LangChain's
+callbacks, and publish the speculative-decoding stats of every call:
+
+* on the final chunk's ``generation_info`` (``MTPLLM``) / the message's
+  ``response_metadata`` (``ChatMTP``), and in ``LLMResult.llm_output`` for
+  non-streamed calls, under :data:`~mtp_llm.stats.STATS_KEY` (``"mtp_stats"``);
+* as an ``on_custom_event`` named ``"mtp_stats"`` (data: ``{"stats": {...},
+  "final": bool}``), at the end of each call and every ``emit_stats_every``
+  tokens, visible to handlers and in ``astream_events(version="v2")``;
+* in the LangSmith run's metadata (``extra.metadata["mtp_stats"]``);
+* to :class:`MTPStatsHandler`, which collects the stats of every call in a chain.
+
+Setup:
+    ``pip install "mtp-llm[langchain]"``
+
+Instantiate:
+    ```python
+    from mtp_llm.langchain import ChatMTP
+
+    chat = ChatMTP(model_path="model.gguf", n_draft=3, temperature=0, max_tokens=64)
+    ```
+
+Invoke / stream:
+    ```python
+    msg = chat.invoke("Who are you?")
+    msg.response_metadata["mtp_stats"]["acceptance_rate"]
+    for chunk in chat.stream("Tell me a story"):
+        print(chunk.text, end="")
+    ```
+
+Tool calling:
+    ```python
+    chat.bind_tools([get_weather], tool_choice="any").invoke("Weather in Paris?").tool_calls
+    ```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManager,
+    AsyncCallbackManagerForLLMRun,
+    BaseCallbackHandler,
+    CallbackManager,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel, BaseLLM, LanguageModelInput
+from langchain_core.language_models.chat_models import generate_from_stream
+from langchain_core.messages import (
+    LC_ID_PREFIX,
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.messages.tool import ToolCallChunk, tool_call_chunk
+from langchain_core.outputs import (
+    ChatGeneration,
+    ChatGenerationChunk,
+    ChatResult,
+    Generation,
+    GenerationChunk,
+    LLMResult,
+)
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from ._integration import (
+    EngineSpec,
+    ToolSpec,
+    call_options,
+    chat_prompt,
+    format_tool_call,
+    get_model,
+    get_session,
+    parse_tool_output,
+    partial_tool_response,
+    resolve_chat_template,
+    stats_payload,
+    tool_call_grammar,
+    tools_system_prompt,
+)
+from .errors import InvalidOptionError
+from .events import DoneEvent, Event, StatsEvent, TokenEvent
+from .model import Model
+from .session import MTP
+from .stats import STATS_KEY, MTPStats
+
+__all__ = ["MTPLLM", "STATS_KEY", "ChatMTP", "MTPEmbeddings", "MTPStatsHandler"]
+
+logger = logging.getLogger(__name__)
+
+_PROVIDER = "mtp_llm"
+# Keyword arguments LangChain passes through to the model that are not generation options.
+_LC_KWARGS = ("tools", "tool_choice", "ls_structured_output_format", "stream", "parallel_tool_calls")
+_session_lock = threading.Lock()
+
+
+# ------------------------------------------------------------- shared core --
+
+
+class _MTPParams(BaseModel):
+    """Engine and generation fields shared by :class:`MTPLLM` and :class:`ChatMTP`."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=())
+
+    model_path: str | None = None
+    """Path of the GGUF model; None = the built-in default model. Instances with the
+    same path and load options share one lazily loaded native session."""
+    model: Model | None = Field(default=None, exclude=True)
+    """An already loaded :class:`mtp_llm.Model` (instead of ``model_path``); this
+    instance creates its own session on it at first use."""
+    session: MTP | None = Field(default=None, exclude=True)
+    """An existing :class:`mtp_llm.MTP` session to run on (overrides ``model_path``,
+    ``model`` and the load options)."""
+    model_name: str | None = None
+    """Name reported in ``response_metadata["model_name"]`` and traces (default: the file's stem)."""
+    draft_model_path: str | None = None
+    """Sidecar GGUF holding the MTP head (``mtp-*.gguf``) for trunk-only targets."""
+    n_draft: int = 3
+    """Maximum draft tokens per speculative step (0 = plain decoding)."""
+    n_ctx: int = 2048
+    """Context size (prompt plus generated tokens)."""
+    n_batch: int = 512
+    """Maximum tokens per decode call (prompt chunk size)."""
+    n_threads: int | None = None
+    """Decode threads (None = all cores)."""
+    n_threads_batch: int | None = None
+    """Prompt/verify threads (None = ``n_threads``)."""
+    flash_attn: bool | None = None
+    """Flash attention: None = auto, True/False to force."""
+    n_gpu_layers: int = 0
+    """Layers offloaded to a GPU backend."""
+    use_mmap: bool = True
+    """Memory-map the model file."""
+
+    max_tokens: int | None = None
+    """Maximum tokens generated per call (None = the engine's default, 256)."""
+    temperature: float | None = None
+    """Sampling temperature; 0 = greedy (None = the engine's default, 0.8)."""
+    top_k: int | None = None
+    """Top-k sampling (None = engine default)."""
+    top_p: float | None = None
+    """Nucleus sampling (None = engine default)."""
+    min_p: float | None = None
+    """Min-p sampling (None = engine default)."""
+    seed: int | None = None
+    """Sampler seed (None = random per call)."""
+    repeat_penalty: float | None = None
+    """Repetition penalty (None = engine default, 1.0 = off)."""
+    frequency_penalty: float | None = None
+    """Frequency penalty (None = engine default)."""
+    presence_penalty: float | None = None
+    """Presence penalty (None = engine default)."""
+    penalty_last_n: int | None = None
+    """Tokens considered by the penalties (None = engine default)."""
+    stop: list[str] | None = None
+    """Stop strings: generation ends at the first one, which is never emitted. A
+    per-call ``stop`` replaces these."""
+    grammar: str | None = None
+    """A GBNF grammar constraining every output."""
+    timeout: float | None = None
+    """Seconds before a generation is stopped with ``GenerationTimeoutError``."""
+    emit_stats_every: int = 0
+    """Also emit the ``"mtp_stats"`` custom event every N tokens (0 = only at the end)."""
+
+    _own_session: MTP | None = PrivateAttr(default=None)
+
+    # -- engine
+
+    @property
+    def client(self) -> MTP:
+        """The native session, loaded on first use."""
+        if self.session is not None:
+            return self.session
+        if self._own_session is None:
+            if self.model is not None:
+                with _session_lock:
+                    if self._own_session is None:
+                        self._own_session = MTP(
+                            self.model,
+                            n_draft=self.n_draft,
+                            n_ctx=self.n_ctx,
+                            n_batch=self.n_batch,
+                            n_threads=self.n_threads,
+                            n_threads_batch=self.n_threads_batch,
+                            flash_attn=self.flash_attn,
+                        )
+            else:
+                self._own_session = get_session(
+                    EngineSpec(
+                        model_path=self.model_path,
+                        draft_model_path=self.draft_model_path,
+                        n_draft=self.n_draft,
+                        n_ctx=self.n_ctx,
+                        n_batch=self.n_batch,
+                        n_threads=self.n_threads,
+                        n_threads_batch=self.n_threads_batch,
+                        flash_attn=self.flash_attn,
+                        n_gpu_layers=self.n_gpu_layers,
+                        use_mmap=self.use_mmap,
+                    )
+                )
+        return self._own_session
+
+    def _display_name(self) -> str:
+        if self.model_name:
+            return self.model_name
+        if self.session is not None:
+            return self.session.model.path.stem
+        if self.model is not None:
+            return self.model.path.stem
+        if self.model_path is not None:
+            name = self.model_path.replace("\\", "/").rsplit("/", 1)[-1]
+            return name.removesuffix(".gguf")
+        return "mtp-llm-default"
+
+    def _call_options(self, stop: Sequence[str] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Instance options, overridden by per-call ones (a per-call ``stop`` wins)."""
+        return call_options(self, {k: v for k, v in kwargs.items() if k not in _LC_KWARGS}, stop)
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+        """LangSmith's standard parameters (recorded in the run's metadata)."""
+        params = super()._get_ls_params(stop=stop, **kwargs)  # type: ignore[misc]
+        model = kwargs.get("model")
+        params["ls_provider"] = _PROVIDER
+        params["ls_model_name"] = model if isinstance(model, str) else self._display_name()
+        temperature = kwargs.get("temperature", kwargs.get("temp", self.temperature))
+        if temperature is not None:
+            params["ls_temperature"] = temperature
+        max_tokens = kwargs.get("max_tokens", self.max_tokens)
+        if max_tokens is not None:
+            params["ls_max_tokens"] = max_tokens
+        if stop or self.stop:
+            params["ls_stop"] = list(stop or self.stop or [])
+        return params
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        """Small, JSON-safe identifying parameters (no native handles)."""
+        params: dict[str, Any] = {
+            "model_name": self._display_name(),
+            "n_draft": self.n_draft,
+            "n_ctx": self.n_ctx,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "stop": self.stop,
+        }
+        return {k: v for k, v in params.items() if v is not None}
+
+
+def _translate(event: Event) -> tuple[str, Any]:
+    """One engine event as ``(kind, value)``: ``("token", TokenEvent)``, ``("stats",
+    MTPStats)``, ``("done", DoneEvent)`` or ``("skip", None)``. Shared by every path."""
+    kind = type(event)
+    if kind is TokenEvent:
+        return "token", event
+    if kind is StatsEvent:
+        return "stats", event.stats  # type: ignore[union-attr]
+    if kind is DoneEvent:
+        return "done", event
+    return "skip", None
+
+
+def _custom_event_data(stats: MTPStats, final: bool) -> dict[str, Any]:
+    return {"stats": stats_payload(stats), "final": final}
+
+
+_stream_config: ContextVar[RunnableConfig | None] = ContextVar("mtp_llm_stream_config", default=None)
+"""The config of the ChatMTP ``stream``/``astream`` call being set up (LangChain
+calls a chat model's ``_stream`` without its run manager)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Target:
+    """Where a call's stats go: the handlers of its LLM run, and the run's id."""
+
+    handlers: list[BaseCallbackHandler]
+    inheritable: list[BaseCallbackHandler]
+    tags: list[str]
+    metadata: dict[str, Any]
+    run_id: uuid.UUID
+
+    def manager(self, cls: type[Any]) -> Any:
+        """A (sync or async) callback manager whose events belong to the run."""
+        return cls(
+            handlers=self.handlers,
+            inheritable_handlers=self.inheritable,
+            parent_run_id=self.run_id,
+            tags=self.tags,
+            metadata=self.metadata,
+        )
+
+    @classmethod
+    def of(cls, run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None) -> _Target | None:
+        if run_manager is None:
+            return None
+        return cls(
+            run_manager.handlers,
+            run_manager.inheritable_handlers,
+            run_manager.tags,
+            run_manager.metadata,
+            run_manager.run_id,
+        )
+
+    @classmethod
+    def rebuilt(cls, owner: BaseChatModel, config: RunnableConfig | None, message_id: str | None) -> _Target | None:
+        """The run's handlers as ``stream()`` configured them; the run id LangChain wrote
+        into the first yielded message's id (``lc_run--<uuid>``)."""
+        if config is None or not message_id or not message_id.startswith(LC_ID_PREFIX):
+            return None
+        try:
+            run_id = uuid.UUID(message_id[len(LC_ID_PREFIX) + 1 :])
+        except ValueError:
+            return None
+        manager = CallbackManager.configure(
+            config.get("callbacks"),
+            owner.callbacks,
+            owner.verbose,
+            config.get("tags"),
+            owner.tags,
+            config.get("metadata"),
+            owner.metadata,
+        )
+        return cls(manager.handlers, manager.inheritable_handlers, manager.tags, manager.metadata, run_id)
+
+
+def _add_trace_metadata(target: _Target, stats: MTPStats) -> None:
+    """Put the stats into the LangSmith run's metadata while the run is still open.
+
+    LangChain has no public API for this: the tracer's ``run_map`` holds the run
+    tree, whose ``add_metadata`` feeds the posted ``extra.metadata``. Guarded so a
+    LangSmith change can only lose the metadata, never break a call.
+    """
+    try:
+        from langchain_core.tracers.langchain import LangChainTracer
+    except ImportError:  # pragma: no cover
+        return
+    for handler in target.handlers:
+        if not isinstance(handler, LangChainTracer):
+            continue
+        try:
+            run = handler.run_map.get(str(target.run_id))
+            add = getattr(run, "add_metadata", None)
+            if callable(add):
+                add({STATS_KEY: stats_payload(stats)})
+        except Exception:
+            logger.debug("could not add mtp stats to the LangSmith run", exc_info=True)
+
+
+def _report(target: _Target | None, stats: MTPStats, final: bool) -> None:
+    """Fire the ``mtp_stats`` custom event (and, at the end, the trace metadata)."""
+    data = _custom_event_data(stats, final)
+    if target is None:
+        # No run known (a chat model's invoke-time streaming): attach to the enclosing run, if any.
+        try:
+            dispatch_custom_event(STATS_KEY, data)
+        except RuntimeError:
+            pass
+        return
+    target.manager(CallbackManager).on_custom_event(STATS_KEY, data, run_id=target.run_id)
+    if final:
+        _add_trace_metadata(target, stats)
+
+
+async def _areport(target: _Target | None, stats: MTPStats, final: bool) -> None:
+    """Async :func:`_report`."""
+    data = _custom_event_data(stats, final)
+    if target is None:
+        try:
+            await adispatch_custom_event(STATS_KEY, data)
+        except RuntimeError:
+            pass
+        return
+    await target.manager(AsyncCallbackManager).on_custom_event(STATS_KEY, data, run_id=target.run_id)
+    if final:
+        _add_trace_metadata(target, stats)
+
+
+class _Chunker:
+    """Turns translated events into LangChain chunks (one subclass per model type)."""
+
+    first: Any = None
+    """The first chunk handed out (LangChain writes the run id into chat chunks)."""
+
+    def token(self, event: TokenEvent) -> Any:
+        raise NotImplementedError
+
+    def done(self, event: DoneEvent) -> Any:
+        raise NotImplementedError
+
+
+Targeter = Callable[[], "_Target | None"]
+
+
+def _drive(
+    events: Iterator[Event],
+    chunker: _Chunker,
+    target: Targeter,
+    token_callback: CallbackManagerForLLMRun | None,
+) -> Iterator[Any]:
+    """The sync path: engine events -> chunks, token callbacks, stats reports."""
+    for event in events:
+        kind, value = _translate(event)
+        if kind == "token":
+            chunk = chunker.token(value)
+            if chunker.first is None:
+                chunker.first = chunk
+            if token_callback is not None:
+                token_callback.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+        elif kind == "stats":
+            _report(target(), value, final=False)
+        elif kind == "done":
+            _report(target(), value.stats, final=True)
+            yield chunker.done(value)
+
+
+async def _adrive(
+    events: AsyncIterator[Event],
+    chunker: _Chunker,
+    target: Targeter,
+    token_callback: AsyncCallbackManagerForLLMRun | None,
+) -> AsyncIterator[Any]:
+    """The async path: the same translation as :func:`_drive` over ``MTP.astream_events``."""
+    async for event in events:
+        kind, value = _translate(event)
+        if kind == "token":
+            chunk = chunker.token(value)
+            if chunker.first is None:
+                chunker.first = chunk
+            if token_callback is not None:
+                await token_callback.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+        elif kind == "stats":
+            await _areport(target(), value, final=False)
+        elif kind == "done":
+            await _areport(target(), value.stats, final=True)
+            yield chunker.done(value)
+
+
+# ------------------------------------------------------------------ MTPLLM --
+
+
+class _TextChunker(_Chunker):
+    def token(self, event: TokenEvent) -> GenerationChunk:
+        return GenerationChunk(text=event.text, generation_info={"token_id": event.id})
+
+    def done(self, event: DoneEvent) -> GenerationChunk:
+        return GenerationChunk(
+            text="", generation_info={"finish_reason": event.finish_reason, STATS_KEY: stats_payload(event.stats)}
+        )
+
+
+class MTPLLM(_MTPParams, BaseLLM):
+    """Text completion with llama.cpp's native MTP speculative decoding.
+
+    Setup:
+        ``pip install "mtp-llm[langchain]"``
+
+    Instantiate:
+        ```python
+        from mtp_llm.langchain import MTPLLM
+
+        llm = MTPLLM(model_path="model.gguf", n_draft=3, temperature=0, max_tokens=64, stop=["\\n\\n"])
+        ```
+
+    Invoke:
+        ```python
+        result = llm.generate(["To be, or not to be"])
+        result.llm_output["mtp_stats"]["acceptance_rate"]      # e.g. 0.71
+        result.generations[0][0].generation_info["mtp_stats"]  # the same, per prompt
+        ```
+
+    Stream:
+        ```python
+        for piece in llm.stream("To be, or not to be", stop=["."]):
+            print(piece, end="")
+        ```
+
+    Async:
+        ```python
+        text = await llm.ainvoke("To be")       # the event loop stays free
+        async for piece in llm.astream("To be"):
+            ...
+        ```
+
+    Every token fires ``on_llm_new_token(text, chunk=GenerationChunk(text,
+    generation_info={"token_id": id}))``, on ``invoke`` too. Streamed chunks carry
+    no per-token ``generation_info`` (LangChain would add the ids up); the final
+    chunk carries ``{"finish_reason", "mtp_stats"}``. ``llm_output["mtp_stats"]`` is
+    the call's stats dict for one prompt, or a list (one per prompt) for several.
+    """
+
+    @property
+    def _llm_type(self) -> str:
+        return "mtp_llm"
+
+    def _stream(
+        self,
+        prompt: str,
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[GenerationChunk]:
+        options = self._call_options(stop, kwargs)
+        target = _Target.of(run_manager)
+        for chunk in _drive(self.client.stream_events(prompt, **options), _TextChunker(), lambda: target, run_manager):
+            if (kept := _mergeable(chunk)) is not None:
+                yield kept
+
+    async def _astream(
+        self,
+        prompt: str,
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[GenerationChunk]:
+        options = self._call_options(stop, kwargs)
+        target = _Target.of(run_manager)
+        events = self.client.astream_events(prompt, **options)
+        async for chunk in _adrive(events, _TextChunker(), lambda: target, run_manager):
+            if (kept := _mergeable(chunk)) is not None:
+                yield kept
+
+    def _generate(
+        self,
+        prompts: list[str],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> LLMResult:
+        return _llm_result([list(self._stream(p, stop, run_manager, **kwargs)) for p in prompts])
+
+    async def _agenerate(
+        self,
+        prompts: list[str],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> LLMResult:
+        results = []
+        for prompt in prompts:
+            results.append([c async for c in self._astream(prompt, stop, run_manager, **kwargs)])
+        return _llm_result(results)
+
+
+def _mergeable(chunk: GenerationChunk) -> GenerationChunk | None:
+    """Drop the per-token id once the callback has seen it (LangChain sums ints when it
+    merges chunks, so only the final chunk keeps its ``generation_info``), and skip the
+    empty pieces of held-back tokens (a split character, a possible stop string)."""
+    if chunk.generation_info is not None and STATS_KEY in chunk.generation_info:
+        return chunk
+    return GenerationChunk(text=chunk.text) if chunk.text else None
+
+
+def _llm_result(per_prompt: list[list[GenerationChunk]]) -> LLMResult:
+    generations = []
+    payloads = []
+    for chunks in per_prompt:
+        info = chunks[-1].generation_info if chunks else None
+        generations.append([Generation(text="".join(c.text for c in chunks), generation_info=info)])
+        payloads.append((info or {}).get(STATS_KEY))
+    return LLMResult(generations=generations, llm_output={STATS_KEY: payloads[0] if len(payloads) == 1 else payloads})
+
+
+# ----------------------------------------------------------------- ChatMTP --
+
+
+def _message_pairs(messages: Sequence[BaseMessage]) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    for message in messages:
+        text = message.text if isinstance(message.text, str) else str(message.content)
+        if isinstance(message, SystemMessage):
+            pairs.append(("system", text))
+        elif isinstance(message, HumanMessage):
+            pairs.append(("user", text))
+        elif isinstance(message, AIMessage):
+            calls = [format_tool_call(c["name"], c["args"]) for c in message.tool_calls]
+            pairs.append(("assistant", "\n".join([text, *calls]).strip() if calls else text))
+        elif isinstance(message, ToolMessage):
+            pairs.append(("tool", text))
+        elif isinstance(message, ChatMessage):
+            pairs.append((message.role, text))
+        else:
+            pairs.append(("user", text))
+    return pairs
+
+
+def _tool_specs(tools: Sequence[Mapping[str, Any]]) -> list[ToolSpec]:
+    specs = []
+    for tool in tools:
+        fn = tool.get("function", tool)
+        specs.append(ToolSpec(fn["name"], fn.get("description", ""), fn.get("parameters") or {}))
+    return specs
+
+
+def _normalize_tool_choice(tool_choice: Any, specs: Sequence[ToolSpec]) -> str:
+    """LangChain's tool_choice forms -> "auto" | "any" | "none" | a tool name."""
+    if tool_choice is None or tool_choice == "auto":
+        return "auto"
+    if tool_choice is True or tool_choice in ("any", "required"):
+        return "any"
+    if tool_choice is False or tool_choice == "none":
+        return "none"
+    if isinstance(tool_choice, Mapping):
+        name = (tool_choice.get("function") or {}).get("name") or tool_choice.get("name")
+        if isinstance(name, str):
+            return name
+    if isinstance(tool_choice, str) and tool_choice in {s.name for s in specs}:
+        return tool_choice
+    raise InvalidOptionError(
+        f"tool_choice must be 'auto', 'any', 'none' or one of {[s.name for s in specs]} (got {tool_choice!r})"
+    )
+
+
+class _ChatChunker(_Chunker):
+    """Chat chunks. With tools bound, a direct answer streams as it decodes and a tool
+    call arrives whole on the final chunk, where the raw output is parsed."""
+
+    def __init__(self, model_name: str, tools: bool) -> None:
+        self.model_name = model_name
+        self.tools = tools
+        self.raw: list[str] = []
+        self.sent = 0
+
+    def token(self, event: TokenEvent) -> ChatGenerationChunk:
+        if not self.tools:
+            return ChatGenerationChunk(message=AIMessageChunk(content=event.text))
+        self.raw.append(event.text)
+        answer = partial_tool_response("".join(self.raw))
+        delta = ""
+        if answer is not None and len(answer) > self.sent:
+            delta, self.sent = answer[self.sent :], len(answer)
+        return ChatGenerationChunk(message=AIMessageChunk(content=delta))
+
+    def done(self, event: DoneEvent) -> ChatGenerationChunk:
+        stats = event.stats
+        content = ""
+        calls: list[ToolCallChunk] = []
+        if self.tools:
+            text = "".join(self.raw)
+            try:
+                answer, parsed = parse_tool_output(text)
+            except (ValueError, KeyError, TypeError):
+                # Cut off (max_tokens) before the JSON closed: salvage a direct answer, else
+                # return the raw output as content (finish_reason "length" says why).
+                parsed = []
+                partial = partial_tool_response(text)
+                answer, self.sent = (partial, self.sent) if partial is not None else (text, 0)
+            content = answer[self.sent :]  # the streamed part of a direct answer is a prefix of it
+            calls = [
+                tool_call_chunk(name=c["name"], args=json.dumps(c["arguments"]), id=_call_id(), index=i)
+                for i, c in enumerate(parsed)
+            ]
+        message = AIMessageChunk(
+            content=content,
+            tool_call_chunks=calls,
+            usage_metadata={
+                "input_tokens": stats.prompt_tokens,
+                "output_tokens": stats.tokens_emitted,
+                "total_tokens": stats.prompt_tokens + stats.tokens_emitted,
+            },
+            chunk_position="last",
+        )
+        info = {"finish_reason": event.finish_reason, "model_name": self.model_name, STATS_KEY: stats_payload(stats)}
+        return ChatGenerationChunk(message=message, generation_info=info)
+
+
+def _call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class ChatMTP(_MTPParams, BaseChatModel):
+    """Chat with llama.cpp's native MTP speculative decoding.
+
+    Setup:
+        ``pip install "mtp-llm[langchain]"``
+
+    Instantiate:
+        ```python
+        from mtp_llm.langchain import ChatMTP
+
+        chat = ChatMTP(model_path="model.gguf", n_draft=3, temperature=0, max_tokens=128)
+        ```
+
+    Invoke:
+        ```python
+        msg = chat.invoke([("system", "Be brief."), ("human", "Hello")])
+        msg.usage_metadata                             # {'input_tokens': .., 'output_tokens': .., ...}
+        msg.response_metadata["mtp_stats"]["acceptance_rate"]
+        ```
+
+    Stream:
+        ```python
+        for chunk in chat.stream("Hello"):
+            print(chunk.text, end="")                  # the last chunk has chunk_position="last"
+        ```
+
+    Async:
+        ```python
+        msg = await chat.ainvoke("Hello")              # the event loop stays free
+        ```
+
+    Tool calling:
+        ```python
+        chat.bind_tools([get_weather], tool_choice="any").invoke("Weather in Paris?").tool_calls
+        chat.with_structured_output(Answer).invoke("...")
+        ```
+
+    Messages are rendered with ``chat_template``, else the GGUF's own template,
+    else ChatML. Tool calls and structured output are produced under a GBNF
+    grammar generated from the tools' JSON schemas, so they always parse (unless
+    cut off by ``max_tokens``: then the raw output is the content and
+    ``finish_reason`` is ``"length"``).
+    """
+
+    chat_template: str | None = None
+    """Jinja chat template overriding the GGUF's (ChatML when the GGUF has none)."""
+    streaming: bool = False
+    """Let ``invoke`` run through the streaming path (tokens reach callbacks either way)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "mtp_llm-chat"
+
+    def bind_tools(
+        self,
+        tools: Sequence[Mapping[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: dict[str, Any] | str | bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools; calls are produced under a grammar built from their JSON schemas.
+
+        Args:
+            tools: LangChain tools, functions, pydantic models, TypedDicts or OpenAI tool dicts.
+            tool_choice: "auto" (default: call a tool or answer), "any"/"required"/True
+                (must call a tool), "none" (plain answer), or a tool name / OpenAI-style
+                ``{"type": "function", "function": {"name": ...}}`` (must call that tool).
+            **kwargs: further per-call options bound with the tools.
+
+        Returns:
+            The model bound to the tools.
+        """
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        _normalize_tool_choice(tool_choice, _tool_specs(formatted))  # fail early on a bad choice
+        return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
+
+    def _prepare(
+        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> tuple[str, dict[str, Any], _ChatChunker]:
+        session = self.client
+        pairs = _message_pairs(messages)
+        options = self._call_options(stop, kwargs)
+        tools = kwargs.get("tools") or []
+        use_tools = False
+        if tools:
+            specs = _tool_specs(tools)
+            choice = _normalize_tool_choice(kwargs.get("tool_choice"), specs)
+            if choice != "none":
+                use_tools = True
+                options["grammar"] = tool_call_grammar(specs, choice)
+                instructions = tools_system_prompt(specs)
+                if pairs and pairs[0][0] == "system":
+                    pairs[0] = ("system", f"{pairs[0][1]}\n\n{instructions}")
+                else:
+                    pairs.insert(0, ("system", instructions))
+        prompt = chat_prompt(session.model, pairs, resolve_chat_template(session.model, self.chat_template))
+        return prompt, options, _ChatChunker(self._display_name(), use_tools)
+
+    def stream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        """See ``BaseChatModel.stream``; also lets the stats reach this run's handlers."""
+        config = _pinned(config, CallbackManager)
+        _stream_config.set(config)
+        try:
+            yield from super().stream(input, config, stop=stop, **kwargs)
+        finally:
+            _stream_config.set(None)
+
+    async def astream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        """See ``BaseChatModel.astream``; also lets the stats reach this run's handlers."""
+        config = _pinned(config, AsyncCallbackManager)
+        _stream_config.set(config)
+        try:
+            async for chunk in super().astream(input, config, stop=stop, **kwargs):
+                yield chunk
+        finally:
+            _stream_config.set(None)
+
+    def _stream_target(
+        self, run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None, chunker: _Chunker
+    ) -> Targeter:
+        """Where the stats of a streamed call go. LangChain calls a chat model's
+        ``_stream`` without its run manager: the handlers are rebuilt from the config
+        :meth:`stream` saw, and the run id is read back from the first chunk's id."""
+        if run_manager is not None:
+            target = _Target.of(run_manager)
+            return lambda: target
+        config = _stream_config.get()
+        _stream_config.set(None)  # read once: a nested call must not see this call's config
+
+        def find() -> _Target | None:
+            first = chunker.first
+            return _Target.rebuilt(self, config, first.message.id if first is not None else None)
+
+        return find
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        prompt, options, chunker = self._prepare(messages, stop, kwargs)
+        target = self._stream_target(run_manager, chunker)
+        yield from _drive(self.client.stream_events(prompt, **options), chunker, target, None)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        prompt, options, chunker = self._prepare(messages, stop, kwargs)
+        target = self._stream_target(run_manager, chunker)
+        async for chunk in _adrive(self.client.astream_events(prompt, **options), chunker, target, None):
+            yield chunk
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        prompt, options, chunker = self._prepare(messages, stop, kwargs)
+        target = _Target.of(run_manager)
+        chunks = list(_drive(self.client.stream_events(prompt, **options), chunker, lambda: target, run_manager))
+        return _chat_result(chunks)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        prompt, options, chunker = self._prepare(messages, stop, kwargs)
+        events = self.client.astream_events(prompt, **options)
+        target = _Target.of(run_manager)
+        return _chat_result([c async for c in _adrive(events, chunker, lambda: target, run_manager)])
+
+
+def _pinned(config: RunnableConfig | None, manager_cls: type[Any]) -> RunnableConfig:
+    """The config with its callbacks configured once, so that handlers LangChain adds from
+    the environment (the LangSmith tracer) are the same instances for the run and for
+    the stats reported to it."""
+    config = ensure_config(config)
+    config["callbacks"] = manager_cls.configure(config.get("callbacks"))
+    return config
+
+
+def _chat_result(chunks: list[ChatGenerationChunk]) -> ChatResult:
+    result = generate_from_stream(iter(chunks))
+    generation = result.generations[0]
+    message = generation.message
+    info = dict(generation.generation_info or {})
+    message.response_metadata = {**message.response_metadata, **info}
+    if isinstance(message, AIMessage):
+        message.chunk_position = None  # type: ignore[attr-defined]
+    return ChatResult(
+        generations=[ChatGeneration(message=message, generation_info=info)],
+        llm_output={STATS_KEY: info.get(STATS_KEY), "model_name": info.get("model_name")},
+    )
+
+
+# ------------------------------------------------------------- embeddings --
+
+
+class MTPEmbeddings(BaseModel, Embeddings):
+    """Local embeddings from a GGUF model's own hidden states (mean-pooled, L2-normalised),
+    computed by llama.cpp: retrieval without a second model or a network.
+
+    Shares the loaded weights with :class:`ChatMTP` / :class:`MTPLLM` on the same file.
+
+    ```python
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    store = InMemoryVectorStore.from_texts(["Bees make honey."], MTPEmbeddings())
+    ```
+    """
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    model_path: str | None = None
+    """GGUF file; None = the built-in default model."""
+    n_threads: int | None = None
+    """Threads (None = all cores)."""
+    n_gpu_layers: int = 0
+    """Layers offloaded to a GPU backend."""
+
+    def _model(self) -> Model:
+        return get_model(EngineSpec(model_path=self.model_path).resolved_model_path(), n_gpu_layers=self.n_gpu_layers)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed texts (one vector per text)."""
+        return self._model().embed(list(texts), n_threads=self.n_threads)
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query text."""
+        return self.embed_documents([text])[0]
+
+
+# ---------------------------------------------------------------- handler --
+
+
+class MTPStatsHandler(BaseCallbackHandler):
+    """Collects the speculative-decoding stats of every MTPLLM / ChatMTP call it sees.
+
+    ```python
+    handler = MTPStatsHandler()
+    chain.invoke({"topic": "bees"}, config={"callbacks": [handler]})
+    handler.calls[-1]["acceptance_rate"]
+    handler.progress   # interim stats (emit_stats_every), latest first call
+    ```
+
+    Attributes:
+        calls: the final stats dict of every finished call, in completion order.
+        progress: every interim ``mtp_stats`` event's stats, in arrival order.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[dict[str, Any]] = []
+        self.progress: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        for generations in response.generations:
+            for generation in generations:
+                payload = (generation.generation_info or {}).get(STATS_KEY)
+                if payload is None and isinstance(generation, ChatGeneration):
+                    payload = generation.message.response_metadata.get(STATS_KEY)
+                if isinstance(payload, dict):
+                    with self._lock:
+                        self.calls.append(payload)
+
+    def on_custom_event(self, name: str, data: Any, **kwargs: Any) -> None:
+        if name == STATS_KEY and isinstance(data, dict) and not data.get("final"):
+            with self._lock:
+                self.progress.append(data["stats"])
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens emitted over every collected call."""
+        return sum(int(c["tokens_emitted"]) for c in self.calls)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / generated drafts over every collected call (0.0 if none)."""
+        generated = sum(int(c["drafts_generated"]) for c in self.calls)
+        return sum(int(c["drafts_accepted"]) for c in self.calls) / generated if generated else 0.0
