@@ -240,6 +240,55 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     return path
 
 
+def run_wrappers(
+    model_path: str | None, n_draft: int, prompts: list[str], tokens: int, threads: int | None, reps: int
+) -> list[dict[str, Any]]:
+    """End-to-end tokens/s through each integration's streaming path against the raw engine stream.
+
+    All paths run on one shared session, interleaved, greedy, ``tokens`` tokens per prompt.
+    """
+    from ._integration import EngineSpec, get_session
+    from .default_model import default_model_path
+    from .langchain import MTPLLM as LangChainLLM
+    from .langchain import ChatMTP
+    from .llamaindex import MTPLLM as LlamaIndexLLM
+
+    path = model_path or str(default_model_path())
+    session = get_session(EngineSpec(model_path=path, n_draft=n_draft, n_ctx=2048, n_threads=threads))
+    lc_llm = LangChainLLM(session=session, max_tokens=tokens, temperature=0)
+    lc_chat = ChatMTP(session=session, max_tokens=tokens, temperature=0)
+    li_llm = LlamaIndexLLM(model_path=path, n_draft=n_draft, n_ctx=2048, n_threads=threads, max_tokens=tokens,
+                           temperature=0)
+    li_session = li_llm.session
+
+    def raw(prompt: str) -> None:
+        for _ in session.stream_events(prompt, max_tokens=tokens, temp=0):
+            pass
+
+    paths: dict[str, tuple[Any, Any]] = {
+        "raw engine stream_events": (raw, session),
+        "LangChain MTPLLM.stream": (lambda p: [c for c in lc_llm.stream(p)], session),
+        "LangChain ChatMTP.stream": (lambda p: [c for c in lc_chat.stream(p)], session),
+        "LlamaIndex stream_complete": (lambda p: [c for c in li_llm.stream_complete(p)], li_session),
+    }
+    speeds: dict[str, list[float]] = {name: [] for name in paths}
+    for rep in range(reps + 1):
+        for name, (run, owner) in paths.items():
+            emitted, wall = 0, 0.0
+            for prompt in prompts:
+                start = time.perf_counter()
+                run(prompt)
+                wall += time.perf_counter() - start
+                emitted += owner.last_stats.tokens_emitted
+            if rep:  # the first round is warm-up
+                speeds[name].append(emitted / wall)
+    base = statistics.median(speeds["raw engine stream_events"])
+    return [
+        {"path": name, "tokens_per_sec_median": round(statistics.median(v), 1), "ratio_to_raw": round(statistics.median(v) / base, 3)}
+        for name, v in speeds.items()
+    ]
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
     prompts = (
@@ -259,6 +308,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     (out / "bench.md").write_text(table + "\n")
     png = plot(rows, out / "bench.png", f"{Path(meta['model']).name}, {meta['tokens']} tokens, threads={meta['threads']}")
     print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {png}" if png else ""))
+    if args.wrappers:
+        k = max(n_drafts) if n_drafts else 3
+        wrapper_rows = run_wrappers(args.model, k, prompts, args.tokens, args.threads, args.reps)
+        lines = ["| path | tokens/s (median, end to end) | ratio to raw |", "|---|---|---|"]
+        lines += [f"| {r['path']} | {r['tokens_per_sec_median']:.1f} | {r['ratio_to_raw']:.3f} |" for r in wrapper_rows]
+        wrappers_md = "\n".join(lines)
+        print("\n" + wrappers_md)
+        (out / "wrappers.md").write_text(wrappers_md + "\n")
+        (out / "wrappers.json").write_text(json.dumps(wrapper_rows, indent=2))
     return 0
 
 
@@ -273,4 +331,5 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--out", default="benchmarks/results", help="output directory")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--wrappers", action="store_true", help="also measure the LangChain/LlamaIndex streaming paths")
     p.set_defaults(func=cmd_bench)
