@@ -1,7 +1,10 @@
 // Thin pybind11 layer over the engine: argument conversion, GIL release,
 // error translation. No logic lives here.
 #include <pybind11/pybind11.h>
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
+
+#include <cstring>
 
 #include "engine.hpp"
 
@@ -138,6 +141,27 @@ PYBIND11_MODULE(_core, m) {
                                        bool add_generation_prompt, const std::string & chat_template) {
                  return to_str(self.apply_chat_template(messages, add_generation_prompt, chat_template));
              }, py::arg("messages"), py::arg("add_generation_prompt") = true, py::arg("chat_template") = "");
+
+    m.def("forward_with_head", [](const mtp::Model & target, const mtp::Model & head, const std::vector<int32_t> & tokens,
+                                  int n_threads) {
+        mtp::ForwardResult r;
+        {
+            py::gil_scoped_release release;
+            r = mtp::forward_with_head(target, head, tokens, n_threads);
+        }
+        auto as_array = [](const std::vector<float> & v, int32_t rows, int32_t cols) {
+            py::array_t<float> a({(py::ssize_t) rows, (py::ssize_t) cols});
+            std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
+            return a;
+        };
+        py::dict d;
+        d["trunk_logits"] = as_array(r.trunk_logits, r.n_tokens, r.n_vocab);
+        d["trunk_hidden"] = as_array(r.trunk_hidden, r.n_tokens, r.n_embd);
+        d["head_logits"] = as_array(r.head_logits, r.n_tokens, r.n_vocab);
+        d["head_hidden"] = as_array(r.head_hidden, r.n_tokens, r.n_embd);
+        return d;
+    }, py::arg("target"), py::arg("head"), py::arg("tokens"), py::arg("n_threads") = 0,
+       "Every-position logits and hidden states of the target and the MTP head (export checks).");
 
     py::class_<mtp::Session>(m, "Session")
         .def(py::init([](std::shared_ptr<mtp::Model> target, std::shared_ptr<mtp::Model> draft, int n_draft,

@@ -116,6 +116,20 @@ private:
     llama_model_ptr model_;
 };
 
+// Every-position outputs of the target and of the MTP head on one token
+// sequence, for checking an exported model against its reference implementation.
+struct ForwardResult {
+    int32_t n_tokens = 0, n_vocab = 0, n_embd = 0;
+    std::vector<float> trunk_logits;  // [n_tokens, n_vocab]
+    std::vector<float> trunk_hidden;  // [n_tokens, n_embd], the post-norm state the head consumes
+    std::vector<float> head_logits;   // [n_tokens, n_vocab]: row i predicts token i+2 from (h_{i-1}, token i)
+    std::vector<float> head_hidden;   // [n_tokens, n_embd]
+};
+
+// `head` is the model holding the MTP head (the target itself, or a sidecar).
+ForwardResult forward_with_head(const Model & target, const Model & head, const std::vector<int32_t> & tokens,
+                                int32_t n_threads);
+
 struct ContextOptions {
     int32_t n_draft = 3;
     int32_t n_ctx = 2048;

@@ -289,13 +289,18 @@ def run_wrappers(
     ]
 
 
+def load_prompts(path: str) -> list[str]:
+    """Prompts from a text file (one per line) or a JSON file (a list, or {"prompts": [...]})."""
+    text = Path(path).read_text()
+    if path.endswith(".json"):
+        data = json.loads(text)
+        return list(data["prompts"] if isinstance(data, dict) else data)
+    return [line for line in text.splitlines() if line.strip()]
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
-    prompts = (
-        [line for line in Path(args.prompts).read_text().splitlines() if line.strip()]
-        if args.prompts
-        else DEFAULT_PROMPTS
-    )
+    prompts = load_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS
     results, meta = run_bench(
         args.model, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress
     )
@@ -324,7 +329,7 @@ def add_bench_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="benchmark MTP against plain decoding (interleaved runs)")
     p.add_argument("--model", help="GGUF with an MTP head (default: the built-in model)")
     p.add_argument("--n-draft", default="1,2,3,4", help="comma-separated draft lengths (default 1,2,3,4)")
-    p.add_argument("--prompts", help="file with one prompt per line")
+    p.add_argument("--prompts", help="prompts: a text file (one per line) or a JSON list")
     p.add_argument("--tokens", type=int, default=128, help="tokens generated per prompt")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--reps", type=int, default=3, help="measured repetitions")

@@ -22,9 +22,9 @@ import numpy as np
 
 ARCH = "hy_v3"
 Part = Literal["full", "trunk", "mtp"]
-FileType = Literal["f32", "f16"]
+FileType = Literal["f32", "f16", "q8_0"]
 
-_GGUF_FILE_TYPE = {"f32": 0, "f16": 1}
+_GGUF_FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +150,8 @@ def write_hy_v3(
     ``part`` selects the embedded model ("full"), the trunk only ("trunk", the
     MTP head declared in metadata but stored elsewhere) or the ``mtp-`` sidecar
     ("mtp": embeddings, final norm and the head, no trunk blocks).
-    Norm weights always stay f32; matrices follow ``file_type``.
+    Norm weights always stay f32; matrices follow ``file_type`` (``q8_0`` needs
+    row lengths that are multiples of 32).
     """
     import gguf
 
@@ -189,6 +190,10 @@ def write_hy_v3(
         data = np.ascontiguousarray(array, dtype=np.float32)
         if file_type == "f16" and data.ndim == 2:
             data = data.astype(np.float16)
+        elif file_type == "q8_0" and data.ndim == 2:
+            q8 = gguf.GGMLQuantizationType.Q8_0
+            writer.add_tensor(name, gguf.quants.quantize(data, q8), raw_dtype=q8)
+            continue
         writer.add_tensor(name, data)
 
     writer.write_header_to_file()

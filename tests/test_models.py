@@ -68,3 +68,29 @@ def test_split_round_trip(tiny_paths, tmp_path) -> None:
     assert set(trunk_tensors) & set(head_tensors) == {"token_embd.weight", "output_norm.weight"}
     head = config.n_layer
     assert np.array_equal(head_tensors[f"blk.{head}.nextn.eh_proj.weight"], tensors[f"blk.{head}.nextn.eh_proj.weight"])
+
+
+def test_quantized_q8_0_model_runs_and_stays_lossless(tmp_path) -> None:
+    """Quantized matmuls take other CPU kernels (AMX ones once killed the process with SIGILL
+    on machines that report AMX without enabling it); run in a subprocess to catch any abort."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from mtp_llm.gguf_hyv3 import write_hy_v3
+    from mtp_llm.tiny_models import TINY_CONFIG, _random_tensors
+
+    path = tmp_path / "q8.gguf"
+    write_hy_v3(path, TINY_CONFIG, _random_tensors(TINY_CONFIG, 1234), tiny_vocab(), file_type="q8_0")
+    code = textwrap.dedent(
+        f"""
+        from mtp_llm import MTP, Model
+        m = Model.load({str(path)!r})
+        plain = MTP(m, n_draft=0, n_threads=1, n_ctx=256).generate("Hello", max_tokens=32, temp=0)
+        spec = MTP(m, n_draft=3, n_threads=1, n_ctx=256).generate("Hello", max_tokens=32, temp=0)
+        print(plain == spec)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"rc={proc.returncode}: {proc.stderr[-1500:]}"
+    assert proc.stdout.strip() == "True"

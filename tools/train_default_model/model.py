@@ -259,3 +259,21 @@ def gguf_tensors(model: MtpLM) -> dict[str, "numpy.ndarray"]:  # noqa: F821
     out[f"blk.{n}.nextn.hnorm.weight"] = sd["mtp.hnorm.weight"]
     out[f"blk.{n}.nextn.shared_head_norm.weight"] = sd["mtp.shared_head_norm.weight"]
     return out
+
+
+def load_checkpoint(path, round_to_f16: bool = False) -> MtpLM:
+    """Load ckpt.pt written by train.py into an fp32 eval-mode model.
+
+    ``round_to_f16`` rounds every matrix through float16 (norm vectors stay f32), which is
+    exactly what the f16 GGUF stores, so outputs can be compared with llama.cpp's.
+    """
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    model = MtpLM(ModelConfig(**ck["config"]))
+    model.load_state_dict(ck["model"])
+    model.float().eval()
+    if round_to_f16:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.ndim == 2:
+                    p.copy_(p.half().float())
+    return model
