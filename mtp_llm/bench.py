@@ -229,6 +229,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
         positions = r["acceptance_per_position"]
         ax2.plot(range(1, len(positions) + 1), positions, marker="o", label=f"n_draft={r['n_draft']}")
     ax2.set_xlabel("draft position")
+    ax2.set_xticks(range(1, max(xs, default=1) + 1))
     ax2.set_ylabel("acceptance rate (conditional)")
     ax2.set_ylim(0, 1.05)
     ax2.legend()
