@@ -248,12 +248,12 @@ def tool_call_grammar(tools: Sequence[ToolSpec], tool_choice: str | None = "auto
             }
         )
     schema = variants[0] if len(variants) == 1 else {"oneOf": variants}
-    return _core.json_schema_grammar(json.dumps(schema))
+    return _compact(_core.json_schema_grammar(json.dumps(schema)))
 
 
 def json_schema_grammar(schema: Mapping[str, Any]) -> str:
     """A GBNF grammar for JSON documents matching ``schema`` (structured output)."""
-    return _core.json_schema_grammar(json.dumps(dict(schema)))
+    return _compact(_core.json_schema_grammar(json.dumps(dict(schema))))
 
 
 def parse_tool_output(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -265,6 +265,15 @@ def parse_tool_output(text: str) -> tuple[str, list[dict[str, Any]]]:
     if "response" in data:
         return str(data["response"]), []
     return "", [{"name": data["name"], "arguments": data.get("arguments") or {}}]
+
+
+_SPACE_RULE = re.compile(r"^space ::= .*$", re.MULTILINE)
+
+
+def _compact(grammar: str) -> str:
+    """Allow at most one space between JSON tokens. llama.cpp's schema grammars also
+    allow newlines and indentation, which small models fill until max_tokens runs out."""
+    return _SPACE_RULE.sub('space ::= " "?', grammar)
 
 
 def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:

@@ -481,19 +481,17 @@ def test_manual_tool_loop(tool_chat: ChatMTP) -> None:
     assert isinstance(final, AIMessage) and final.content and not final.tool_calls
 
 
-def test_create_agent_completes_with_a_tool_call(tool_chat: ChatMTP) -> None:
+def _run_agent_with_one_tool_call(chat: ChatMTP) -> None:
     agents = pytest.importorskip("langchain.agents")
     from langchain.agents.middleware import wrap_model_call
 
     @wrap_model_call
     def tool_then_answer(request: Any, handler: Any) -> Any:
-        # A tiny model cannot decide by itself: call a tool first, then answer.
+        # Neither test model is instruction-tuned: call a tool first, then answer.
         answered = any(isinstance(m, ToolMessage) for m in request.messages)
         return handler(request.override(tool_choice="none" if answered else "any"))
 
-    agent = agents.create_agent(
-        tool_chat.model_copy(update={"max_tokens": 80}), tools=[get_weather], middleware=[tool_then_answer]
-    )
+    agent = agents.create_agent(chat, tools=[get_weather], middleware=[tool_then_answer])
     handler = MTPStatsHandler()
     state = agent.invoke({"messages": [("human", "Weather in Paris?")]}, config={"callbacks": [handler]})
     kinds = [type(m).__name__ for m in state["messages"]]
@@ -501,6 +499,15 @@ def test_create_agent_completes_with_a_tool_call(tool_chat: ChatMTP) -> None:
     assert state["messages"][1].tool_calls[0]["name"] == "get_weather"
     assert state["messages"][2].content.startswith("It is sunny in")
     assert len(handler.calls) == 2
+
+
+def test_create_agent_completes_with_a_tool_call(tool_chat: ChatMTP) -> None:
+    _run_agent_with_one_tool_call(tool_chat.model_copy(update={"max_tokens": 80}))
+
+
+def test_create_agent_on_the_shipped_model() -> None:
+    # model_path=None: the built-in default model shipped with the package.
+    _run_agent_with_one_tool_call(ChatMTP(n_threads=THREADS, n_ctx=2048, temperature=0, max_tokens=80))
 
 
 # -------------------------------------------------------------- LangSmith --

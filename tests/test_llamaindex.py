@@ -97,11 +97,12 @@ def no_default_models(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Settings, "_embed_model", None)
 
 
-def make_llm(path: Path, **kwargs: Any) -> MTPLLM:
+def make_llm(path: Path | None, **kwargs: Any) -> MTPLLM:
+    """An MTPLLM on ``path`` (None: the built-in default model)."""
     kwargs.setdefault("n_threads", THREADS)
     kwargs.setdefault("n_ctx", 1024)
     kwargs.setdefault("temperature", 0)
-    return MTPLLM(model_path=str(path), **kwargs)
+    return MTPLLM(model_path=None if path is None else str(path), **kwargs)
 
 
 # ------------------------------------------------------------ basics ---
@@ -435,7 +436,8 @@ def test_structured_predict_goes_through_the_tool_grammar(tiny_paths: dict[str, 
     assert isinstance(point, Point), "even an untrained model's output parses and validates"
 
 
-async def test_function_agent_calls_python_tool(tiny_paths: dict[str, Path], recorder: Recorder) -> None:
+@pytest.mark.parametrize("which", ["random", "shipped"])
+async def test_function_agent_calls_python_tool(tiny_paths: dict[str, Path], recorder: Recorder, which: str) -> None:
     """LlamaIndex's FunctionAgent (workflow agent, streaming) drives MTPLLM offline.
 
     The tiny random model cannot reason, so the first step forces the tool
@@ -449,7 +451,9 @@ async def test_function_agent_calls_python_tool(tiny_paths: dict[str, Path], rec
         calls.append((a, b))
         return f"PRODUCT={a * b}"
 
-    llm = make_llm(tiny_paths["random"], chat_template=CHATML, n_ctx=2048, max_tokens=200)
+    # "shipped": model_path=None, the built-in default model.
+    path = tiny_paths["random"] if which == "random" else None
+    llm = make_llm(path, chat_template=CHATML, n_ctx=2048, max_tokens=200)
     tool = FunctionTool.from_defaults(multiply, return_direct=True)
     agent = FunctionAgent(tools=[tool], llm=llm, initial_tool_choice="multiply", system_prompt="Use tools.")
     handler = agent.run("What is 6 times 7?")
