@@ -56,21 +56,54 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+class _TimedNative:
+    """Wraps a native session to add up the time spent inside begin() and step()."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+        self.seconds = 0.0
+
+    def begin(self, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self._native.begin(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def step(self) -> Any:
+        start = time.perf_counter()
+        try:
+            return self._native.step()
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._native, name)
+
+
 def _run_once(session: Any, prompts: list[str], tokens: int) -> tuple[float, float, float, float, Any]:
-    """Generate for every prompt; return decode t/s, prompt t/s, mean TTFT (ms), Python us/token, stats."""
+    """Generate for every prompt; return decode t/s, prompt t/s, mean TTFT (ms), Python us/token, stats.
+
+    Python time per token is the wall time of consuming ``stream_events`` minus the time
+    spent inside the native begin()/step() calls, divided by the tokens.
+    """
     from .events import DoneEvent
 
     session.reset_stats()
+    timed = _TimedNative(session._native)
+    session._native = timed
     wall = 0.0
-    for prompt in prompts:
-        start = time.perf_counter()
-        for event in session.stream_events(prompt, max_tokens=tokens, temp=0):
-            if type(event) is DoneEvent:
-                break
-        wall += time.perf_counter() - start
+    try:
+        for prompt in prompts:
+            start = time.perf_counter()
+            for event in session.stream_events(prompt, max_tokens=tokens, temp=0):
+                if type(event) is DoneEvent:
+                    break
+            wall += time.perf_counter() - start
+    finally:
+        session._native = timed._native
     s = session.stats()
-    native_s = (s.timing_us.total + s.prompt_us) / 1e6
-    python_us = max(0.0, wall - native_s) * 1e6 / max(1, s.tokens_emitted)
+    python_us = max(0.0, wall - timed.seconds) * 1e6 / max(1, s.tokens_emitted)
     ttft_ms = s.time_to_first_token_us / 1000.0
     return s.tokens_per_sec, s.prompt_tokens_per_sec, ttft_ms, python_us, s
 
