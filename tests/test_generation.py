@@ -193,3 +193,15 @@ def test_print_stats_prints_upstream_line(capfd, accept100_model: Model) -> None
     session.print_stats()
     out, err = capfd.readouterr()
     assert "draft-mtp" in out + err
+
+
+def test_json_schema_grammar_output_always_parses(random_session: MTP) -> None:
+    import json
+
+    from mtp_llm._integration import json_schema_grammar
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["n", "ok"]}
+    grammar = json_schema_grammar(schema)
+    for prompt in PROMPTS:
+        data = json.loads(random_session.generate(prompt, max_tokens=80, temp=0, grammar=grammar))
+        assert set(data) == {"n", "ok"} and isinstance(data["n"], int) and isinstance(data["ok"], bool)
