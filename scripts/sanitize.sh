@@ -11,9 +11,12 @@ VENV="$MTP_LLM_VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
   -C cmake.define.MTP_LLM_SANITIZE=ON -C build-dir=build/asan -e ".[test,langchain,llamaindex]"
 ASAN_LIB="$(gcc -print-file-name=libasan.so)"
+# libstdc++ too: Python does not link it, and ASan's __cxa_throw interceptor must find the
+# real one before the extension throws its first exception.
+STDCXX_LIB="$(gcc -print-file-name=libstdc++.so)"
 # Python itself is not instrumented and keeps objects alive at exit: leak checking is off,
 # every other ASan/UBSan report aborts the run.
-export LD_PRELOAD="$ASAN_LIB"
+export LD_PRELOAD="$ASAN_LIB:$STDCXX_LIB"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
