@@ -9,7 +9,7 @@ VENV="$MTP_LLM_VENV"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.12" ninja "cmake>=3.21"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
-  -C cmake.define.MTP_LLM_SANITIZE=ON -C build-dir=build/asan -e ".[test,langchain,llamaindex]"
+  -C cmake.define.MTP_LLM_SANITIZE=ON -C build-dir=build/asan -e ".[test,langchain,llamaindex,bench]"
 ASAN_LIB="$(gcc -print-file-name=libasan.so)"
 # libstdc++ too: Python does not link it, and ASan's __cxa_throw interceptor must find the
 # real one before the extension throws its first exception.
