@@ -117,6 +117,7 @@ def run_bench(
     reps: int,
     warmup: int,
     progress: bool = True,
+    rollback: str = "auto",
 ) -> tuple[list[ConfigResult], dict[str, Any]]:
     from .model import Model
     from .session import MTP
@@ -124,7 +125,7 @@ def run_bench(
     model = Model.load(model_path) if model_path else Model.load_default()
     n_ctx = max(512, tokens + 256)
     configs = [0, *[k for k in n_drafts if k > 0]]
-    sessions = {k: MTP(model, n_draft=k, n_ctx=n_ctx, n_threads=threads) for k in configs}
+    sessions = {k: MTP(model, n_draft=k, n_ctx=n_ctx, n_threads=threads, rollback=rollback) for k in configs}
     results = {k: ConfigResult(n_draft=k) for k in configs}
 
     total = (warmup + reps) * len(configs)
@@ -159,6 +160,7 @@ def run_bench(
         "threads": threads,
         "reps": reps,
         "warmup": warmup,
+        "rollback": sessions[configs[-1]].rollback_mode,
     }
     return [results[k] for k in configs], meta
 
@@ -347,7 +349,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
     prompts = load_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS
     results, meta = run_bench(
-        args.model, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress
+        args.model, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
+        args.rollback,
     )
     rows = to_rows(results)
     table = markdown_table(rows)
@@ -381,5 +384,7 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--out", default="benchmarks/results", help="output directory")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--rollback", default="auto", choices=["auto", "rs", "checkpoint"],
+                   help="hybrid targets: recurrent-state rollback or checkpoint save/restore")
     p.add_argument("--wrappers", action="store_true", help="also measure the LangChain/LlamaIndex streaming paths")
     p.set_defaults(func=cmd_bench)
