@@ -671,6 +671,7 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
                                            std::to_string(llama_n_batch(ctx_tgt_.get())) + ": raise n_ctx or n_batch");
     }
     seq_rm_tgt_ = common_context_can_seq_rm(ctx_tgt_.get());
+    batch_ = common_batch(ctx_tgt_.get());
 
     if (use_mtp) {
         llama_context_params dp = cp;
@@ -889,7 +890,8 @@ void Session::process_prompt_chunk() {
     const int64_t t0 = now_us();
     const size_t n = std::min(prompt_.size() - prompt_done_, (size_t) llama_n_batch(ctx_tgt_.get()));
     if (n > 0) {
-        common_batch batch(ctx_tgt_.get());
+        common_batch & batch = batch_;
+        batch.clear();
         for (size_t i = 0; i < n; ++i) {
             batch.add(prompt_[prompt_done_ + i], (llama_pos) (prompt_done_ + i), 0, false);
         }
@@ -993,7 +995,8 @@ void Session::speculative_iteration(StepResult & out) {
 
     // Verify [id_last, draft...] on the target.
     const int64_t tv0 = now_us();
-    common_batch batch(ctx_tgt);
+    common_batch & batch = batch_;
+    batch.clear();
     batch.add(id_last_, n_past_, 0, true);
     for (size_t i = 0; i < draft_tokens_.size(); ++i) {
         batch.add(draft_tokens_[i], n_past_ + 1 + (llama_pos) i, 0, true);

@@ -266,6 +266,7 @@ private:
     llama_context_ptr ctx_tgt_;
     llama_context_ptr ctx_dft_;
     common_speculative_ptr spec_;
+    common_batch batch_;  // target prompt/verify batch, reused: no allocation per step
     common_params_speculative spec_params_;
     common_context_seq_rm_type seq_rm_tgt_ = COMMON_CONTEXT_SEQ_RM_TYPE_PART;
     common_context_seq_rm_type seq_rm_dft_ = COMMON_CONTEXT_SEQ_RM_TYPE_PART;
