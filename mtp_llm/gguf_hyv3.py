@@ -120,6 +120,29 @@ def add_bpe_vocab(writer: Any, vocab: BpeVocab, chat_template: str | None = None
         writer.add_chat_template(chat_template)
 
 
+def check_tensor_shapes(
+    expected: Mapping[str, tuple[int, ...]], tensors: Mapping[str, np.ndarray], output_shape: tuple[int, int]
+) -> None:
+    """Every expected tensor present with its shape; an untied ``output.weight`` is allowed."""
+    missing = [n for n in expected if n not in tensors]
+    if missing:
+        raise ValueError(f"missing tensors: {missing[:5]}")
+    for name, array in tensors.items():
+        want = expected.get(name) if name != "output.weight" else output_shape
+        if want is None:
+            raise ValueError(f"unexpected tensor {name!r}")
+        if tuple(array.shape) != want:
+            raise ValueError(f"{name}: shape {array.shape}, expected {want}")
+
+
+def finish_file(writer: Any) -> None:
+    """Write header, metadata and tensors of a ``gguf.GGUFWriter`` and close it."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def _is_trunk_tensor(name: str, config: HyV3Config) -> bool:
     if not name.startswith("blk."):
         return True
@@ -156,16 +179,7 @@ def write_hy_v3(
     import gguf
 
     path = Path(path)
-    expected = config.tensor_shapes()
-    missing = [n for n in expected if n not in tensors]
-    if missing:
-        raise ValueError(f"missing tensors: {missing[:5]}")
-    for name, array in tensors.items():
-        want = expected.get(name) if name != "output.weight" else (config.n_vocab, config.n_embd)
-        if want is None:
-            raise ValueError(f"unexpected tensor {name!r}")
-        if tuple(array.shape) != want:
-            raise ValueError(f"{name}: shape {array.shape}, expected {want}")
+    check_tensor_shapes(config.tensor_shapes(), tensors, (config.n_vocab, config.n_embd))
 
     writer = gguf.GGUFWriter(str(path), ARCH)
     writer.add_name(config.name)
@@ -196,10 +210,7 @@ def write_hy_v3(
             continue
         writer.add_tensor(name, data)
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_file(writer)
     return path
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .gguf_hyv3 import BpeVocab, add_bpe_vocab
+from .gguf_hyv3 import BpeVocab, add_bpe_vocab, check_tensor_shapes, finish_file
 
 ARCH = "qwen35"
 
@@ -206,16 +206,7 @@ def write_qwen35_tensors(
     if config.ssm_dt_rank % config.ssm_n_group:
         raise ValueError("ssm_dt_rank (value heads) must be a multiple of ssm_n_group (key heads)")
     path = Path(path)
-    expected = config.tensor_shapes()
-    missing = [n for n in expected if n not in tensors]
-    if missing:
-        raise ValueError(f"missing tensors: {missing[:5]}")
-    for name, array in tensors.items():
-        want = expected.get(name) if name != "output.weight" else (config.n_vocab, config.n_embd)
-        if want is None:
-            raise ValueError(f"unexpected tensor {name!r}")
-        if tuple(array.shape) != want:
-            raise ValueError(f"{name}: shape {array.shape}, expected {want}")
+    check_tensor_shapes(config.tensor_shapes(), tensors, (config.n_vocab, config.n_embd))
 
     writer = gguf.GGUFWriter(str(path), ARCH)
     writer.add_name(config.name)
@@ -244,10 +235,7 @@ def write_qwen35_tensors(
     for name, array in tensors.items():
         writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_file(writer)
     return path
 
 
