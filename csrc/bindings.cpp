@@ -90,6 +90,9 @@ PYBIND11_MODULE(_core, m) {
         return d;
     }, py::arg("path"));
 
+    m.def("mtp_graph_architectures", &mtp::mtp_graph_architectures,
+          "Architectures for which this llama.cpp build has an MTP draft graph.");
+
     m.def("json_schema_grammar", &mtp::json_schema_grammar, py::arg("schema_json"),
           "GBNF grammar accepting exactly the JSON documents that match a JSON schema.");
 
@@ -121,6 +124,7 @@ PYBIND11_MODULE(_core, m) {
             return t.empty() ? py::object(py::none()) : py::object(to_str(t));
         })
         .def_property_readonly("has_mtp_head", &mtp::Model::has_mtp_head)
+        .def_property_readonly("has_mtp_graph", &mtp::Model::has_mtp_graph)
         .def_property_readonly("is_mtp_sidecar", &mtp::Model::is_mtp_sidecar)
         .def_property_readonly("token_bos", &mtp::Model::token_bos)
         .def_property_readonly("token_eos", &mtp::Model::token_eos)

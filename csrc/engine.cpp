@@ -165,6 +165,37 @@ std::string recent_log() {
 
 void set_log_echo(bool echo) { g_log_echo.store(echo); }
 
+const std::vector<std::string> & mtp_graph_architectures() {
+    // The architectures whose build_arch_graph handles LLM_GRAPH_TYPE_DECODER_MTP
+    // in src/models/*.cpp of the pinned llama.cpp (grep LLM_GRAPH_TYPE_DECODER_MTP).
+    static const std::vector<std::string> archs = {
+        "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "glm5-next",
+        "hy_v3",       "mimo2",      "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35",
+    };
+    return archs;
+}
+
+bool architecture_has_mtp_graph(const std::string & architecture) {
+    const auto & archs = mtp_graph_architectures();
+    return std::find(archs.begin(), archs.end(), architecture) != archs.end();
+}
+
+namespace {
+
+// Without this check llama.cpp builds the plain decoder graph for the MTP
+// context of such a model and fails (or worse) deep inside graph reservation.
+void require_mtp_graph(const Model & head) {
+    if (head.has_mtp_graph()) return;
+    std::string known;
+    for (const auto & a : mtp_graph_architectures()) known += (known.empty() ? "" : ", ") + a;
+    fail(ErrorKind::MissingMtpHead, "'" + head.path() + "' has architecture '" + head.architecture() +
+                                        "', which stores MTP (nextn) tensors but has no MTP draft graph in this "
+                                        "llama.cpp build; use n_draft=0 for plain decoding. Architectures that "
+                                        "can draft: " + known);
+}
+
+}  // namespace
+
 GgufInfo inspect_gguf(const std::string & path) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -490,6 +521,7 @@ ForwardResult forward_with_head(const Model & target, const Model & head, const 
     if (!head.has_mtp_head() || !head.options().load_mtp) {
         fail(ErrorKind::MissingMtpHead, "the head model has no loaded MTP head (load it with load_mtp=True)");
     }
+    require_mtp_graph(head);
     if (head.n_embd() != target.n_embd() || head.n_vocab() != target.n_vocab()) {
         fail(ErrorKind::IncompatibleDraft, "the head model does not match the target's width or vocabulary");
     }
@@ -606,6 +638,7 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
                 fail(ErrorKind::MissingMtpHead, "draft_model '" + draft_model_->path() + "' has no MTP head tensors "
                                                 "(pass an mtp-*.gguf sidecar or a model with an embedded head)");
             }
+            require_mtp_graph(*draft_model_);
             if (draft_model_->n_embd() != target_->n_embd()) {
                 fail(ErrorKind::IncompatibleDraft,
                      "draft_model hidden size " + std::to_string(draft_model_->n_embd()) + " does not match the target's " +
@@ -627,6 +660,7 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
                      "'" + target_->path() + "' has no MTP head: pass draft_model=Model.load('mtp-....gguf') "
                      "with its sidecar head, or n_draft=0 for plain decoding");
             }
+            require_mtp_graph(*target_);
             if (!target_->info().has_mtp_tensors) {
                 fail(ErrorKind::MissingMtpHead,
                      "'" + target_->path() + "' is a trunk-only model (its MTP head is stored in a separate "

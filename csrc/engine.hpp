@@ -67,6 +67,11 @@ struct GgufInfo {
 
 GgufInfo inspect_gguf(const std::string & path);
 
+// Architectures whose graph builder in the pinned llama.cpp has an MTP draft
+// graph. Others (glm4, exaone4, ...) may store nextn tensors but cannot draft.
+const std::vector<std::string> & mtp_graph_architectures();
+bool architecture_has_mtp_graph(const std::string & architecture);
+
 // GBNF grammar that accepts exactly the JSON documents matching a JSON schema.
 std::string json_schema_grammar(const std::string & schema_json);
 
@@ -92,6 +97,7 @@ public:
     std::string chat_template() const;      // "" when the GGUF has none
     bool is_mtp_sidecar() const { return info_.n_nextn > 0 && !info_.has_trunk; }
     bool has_mtp_head() const { return info_.n_nextn > 0 && info_.has_mtp_tensors; }
+    bool has_mtp_graph() const { return architecture_has_mtp_graph(info_.architecture); }
 
     int32_t token_bos() const;
     int32_t token_eos() const;

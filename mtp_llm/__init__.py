@@ -23,7 +23,7 @@ from .errors import (
     SessionBusyError,
 )
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
-from .model import Model
+from .model import MTP_ARCHITECTURES, Model
 from .options import GenerationOptions
 from .session import MTP
 from .stats import STATS_KEY, MTPStats, TimingUs
@@ -32,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MTP",
+    "MTP_ARCHITECTURES",
     "STATS_KEY",
     "ContextOverflowError",
     "DecodeError",

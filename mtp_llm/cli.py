@@ -66,6 +66,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "n_ctx_train": model.n_ctx_train,
         "n_mtp_heads": model.n_mtp_heads,
         "has_mtp_head": model.has_mtp_head,
+        "has_mtp_graph": model.has_mtp_graph,
         "chat_template": model.chat_template is not None,
     }
     print(json.dumps(info, indent=2))

@@ -12,6 +12,10 @@ from .errors import InvalidOptionError, InvalidPromptError
 
 Message = Mapping[str, Any] | tuple[str, str]
 
+#: Architectures for which the bundled llama.cpp has an MTP draft graph. Other
+#: architectures (glm4, exaone4, ...) may store nextn tensors but cannot draft.
+MTP_ARCHITECTURES: tuple[str, ...] = tuple(_core.mtp_graph_architectures())
+
 
 class Model:
     """A GGUF model loaded by llama.cpp. Create it with :meth:`Model.load`.
@@ -94,6 +98,11 @@ class Model:
     def has_mtp_head(self) -> bool:
         """True when the file itself carries MTP head tensors."""
         return self._native.has_mtp_head
+
+    @property
+    def has_mtp_graph(self) -> bool:
+        """True when llama.cpp can run an MTP head of this architecture (see :data:`MTP_ARCHITECTURES`)."""
+        return self._native.has_mtp_graph
 
     @property
     def is_mtp_sidecar(self) -> bool:

@@ -11,7 +11,9 @@ Nothing can be downloaded here, so the project makes its own models:
 * ``eos``: the target emits end-of-generation at once;
 * ``hybrid``: a random-weight qwen35 (Gated DeltaNet + attention) model whose
   head is right about a third of the time (partial acceptances), to exercise
-  recurrent-state rollback and checkpoint save/restore.
+  recurrent-state rollback and checkpoint save/restore;
+* ``glm4-nextn``: a glm4 model that stores a nextn block llama.cpp has no MTP
+  graph for (plain decoding only).
 
 The forced models use identity blocks (all projections zero, norms one) so
 the hidden state is the normalised token embedding, and a few chosen
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .gguf_glm4 import write_glm4
 from .gguf_hyv3 import BpeVocab, HyV3Config, split_mtp, write_hy_v3
 from .gguf_qwen35 import write_qwen35
 
@@ -167,6 +170,12 @@ def make_tiny_models(out_dir: str | Path) -> dict[str, Path]:
         write_qwen35(hybrid.with_suffix(".tmp"), seed=4321, successor_scale=0.1, vocab=vocab)
         hybrid.with_suffix(".tmp").replace(hybrid)
     paths["hybrid"] = hybrid
+
+    glm4 = out / "glm4-nextn.gguf"
+    if not glm4.exists():
+        write_glm4(glm4.with_suffix(".tmp"), vocab, seed=77)
+        glm4.with_suffix(".tmp").replace(glm4)
+    paths["glm4-nextn"] = glm4
     return paths
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -15,6 +16,35 @@ MODELS_DIR = Path(__file__).parent / ".models"
 # One ggml thread: the machines running the suite have 2 cores and a spinning
 # second thread slows decoding badly when anything else is busy.
 THREADS = int(os.environ.get("MTP_LLM_TEST_THREADS", "1"))
+
+
+class LoopTicker:
+    """Counts event-loop turns while open: a call that blocked the loop leaves few ticks.
+
+    >>> async with LoopTicker(interval=0.001) as ticker:
+    ...     await llm.ainvoke("hello")
+    >>> assert ticker.ticks >= 10
+    """
+
+    def __init__(self, interval: float = 0.0) -> None:
+        self.interval = interval
+        self.ticks = 0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            self.ticks += 1
+            await asyncio.sleep(self.interval)
+
+    async def __aenter__(self) -> LoopTicker:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
 
 
 @pytest.fixture(scope="session")

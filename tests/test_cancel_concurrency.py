@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
+from conftest import LoopTicker, make_session
 
-from conftest import make_session
 from mtp_llm import MTP, GenerationCancelledError, GenerationTimeoutError, Model, SessionBusyError, TokenEvent
 
 
@@ -105,21 +105,11 @@ def test_threads_share_one_session(random_model: Model) -> None:
 
 async def test_async_stream_keeps_event_loop_free(random_model: Model) -> None:
     session = make_session(random_model, n_draft=2, n_ctx=2048)
-    ticks = 0
-    stop = asyncio.Event()
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    pieces = [e.text async for e in session.astream_events("Hello", max_tokens=400, temp=0) if isinstance(e, TokenEvent)]
-    stop.set()
-    await task
+    async with LoopTicker() as ticker:
+        events = session.astream_events("Hello", max_tokens=400, temp=0)
+        pieces = [e.text async for e in events if isinstance(e, TokenEvent)]
     assert "".join(pieces) == session.generate("Hello", max_tokens=400, temp=0)
-    assert ticks > 50
+    assert ticker.ticks > 50
 
 
 async def test_async_tasks_share_one_session(random_model: Model) -> None:

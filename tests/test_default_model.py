@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import THREADS, make_session
+
 from mtp_llm import MTP, Model
 from mtp_llm.default_model import DEFAULT_MODEL_NAME, MODELS_DIR, default_model_path, default_split_paths
 from mtp_llm.parity import compare_with_reference

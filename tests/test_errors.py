@@ -34,6 +34,16 @@ CASES: dict[str, tuple[str, str, str]] = {
     "sidecar other vocab": (
         "MTP(Model.load(paths['random-trunk']), draft_model=Model.load(paths['vocab-sidecar']), n_threads=1)",
         "IncompatibleDraftError", "vocabulary"),
+    "architecture without MTP": ("MTP(Model.load(paths['glm4-plain']), n_threads=1)", "MissingMTPHeadError",
+                                 "no MTP head"),
+    "nextn tensors without MTP graph": ("MTP(Model.load(paths['glm4-nextn']), n_threads=1)", "MissingMTPHeadError",
+                                        "no MTP draft graph"),
+    "draft_model without MTP graph": (
+        "MTP(Model.load(paths['random-trunk']), draft_model=Model.load(paths['glm4-nextn']), n_threads=1)",
+        "MissingMTPHeadError", "no MTP draft graph"),
+    "parity head without MTP graph": (
+        "m = Model.load(paths['glm4-nextn']); mtp_llm._core.forward_with_head(m._native, m._native, [1, 2])",
+        "MissingMTPHeadError", "no MTP draft graph"),
     "n_draft negative": ("MTP(models['random'], n_draft=-1)", "InvalidOptionError", "n_draft"),
     "n_draft huge": ("MTP(models['random'], n_draft=10**6)", "InvalidOptionError", "n_draft"),
     "n_ctx tiny": ("MTP(models['random'], n_ctx=1)", "InvalidOptionError", "n_ctx"),
@@ -90,6 +100,7 @@ RUNNER = textwrap.dedent(
 def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     import dataclasses
 
+    from mtp_llm.gguf_glm4 import write_glm4
     from mtp_llm.gguf_hyv3 import read_hy_v3, write_hy_v3
     from mtp_llm.tiny_models import _random_tensors, tiny_vocab
 
@@ -102,8 +113,10 @@ def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     )
     narrow = dataclasses.replace(config, n_vocab=len(small_vocab.tokens))
     write_hy_v3(out / "vocab.gguf", narrow, _random_tensors(narrow, 1), small_vocab, part="mtp")
+    write_glm4(out / "glm4-plain.gguf", vocab, seed=5, n_nextn=0)
     paths = {k: str(v) for k, v in tiny_paths.items()}
-    paths.update({"dir": str(out), "wide-sidecar": str(out / "wide.gguf"), "vocab-sidecar": str(out / "vocab.gguf")})
+    paths.update({"dir": str(out), "wide-sidecar": str(out / "wide.gguf"), "vocab-sidecar": str(out / "vocab.gguf"),
+                  "glm4-plain": str(out / "glm4-plain.gguf")})
     return paths
 
 

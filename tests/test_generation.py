@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import make_session
+
 from mtp_llm import MTP, DoneEvent, EogEvent, Model, StatsEvent, TokenEvent
 from mtp_llm.tiny_models import TOKEN_X, TOKEN_Y
 

@@ -4,8 +4,8 @@ rollback modes: recurrent-state snapshots ("rs") and checkpoint save/restore."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import make_session
+
 from mtp_llm import MTP, Model, TokenEvent
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog.", "a", "Once upon a time, in a land far away"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pytest
-from conftest import THREADS
+from conftest import THREADS, LoopTicker
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
@@ -312,20 +312,9 @@ async def test_chat_astream_events_top_level(chat: ChatMTP) -> None:
 
 async def test_async_keeps_loop_free_and_cancel_leaves_session_reusable(paths: dict[str, str]) -> None:
     llm = MTPLLM(model_path=paths["random"], n_threads=THREADS, n_ctx=4096, temperature=0, max_tokens=200)
-    ticks = 0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not done:
-            ticks += 1
-            await asyncio.sleep(0.001)
-
-    tick_task = asyncio.create_task(ticker())
-    text = await llm.ainvoke("hello")
-    done = True
-    await tick_task
-    assert len(text) > 0 and ticks >= 10  # the loop kept running while tokens were produced
+    async with LoopTicker(interval=0.001) as ticker:
+        text = await llm.ainvoke("hello")
+    assert len(text) > 0 and ticker.ticks >= 10  # the loop kept running while tokens were produced
 
     long = llm.model_copy(update={"max_tokens": 3000})
     task = asyncio.create_task(long.ainvoke("hello"))

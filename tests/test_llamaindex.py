@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from conftest import THREADS
+from conftest import THREADS, LoopTicker
 from llama_index.core import Document, Settings, VectorStoreIndex
 from llama_index.core.agent.workflow import AgentStream, FunctionAgent, ToolCallResult
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -255,24 +255,16 @@ def test_chat_engine_two_turns(tiny_paths: dict[str, Path], recorder: Recorder) 
 
 async def test_async_does_not_block_and_fires_one_pair(tiny_paths: dict[str, Path], recorder: Recorder) -> None:
     llm = make_llm(tiny_paths["random"], n_ctx=2048, max_tokens=600)
-    ticks = 0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not done:
-            ticks += 1
-            await asyncio.sleep(0.001)
-
-    task = asyncio.create_task(ticker())
-    started = time.perf_counter()
-    resp = await llm.acomplete("Hello")
-    elapsed = time.perf_counter() - started
-    stream_chunks = [c async for c in await llm.astream_complete("Hello")]
-    done = True
-    await task
+    async with LoopTicker(interval=0.001) as ticker:
+        started = time.perf_counter()
+        resp = await llm.acomplete("Hello")
+        elapsed = time.perf_counter() - started
+        ticks_during_call = ticker.ticks
+        stream_chunks = [c async for c in await llm.astream_complete("Hello")]
     assert resp.additional_kwargs[STATS_KEY]["tokens_emitted"] == 600
-    assert ticks >= 5 and ticks >= elapsed / 0.01, f"the event loop was blocked ({ticks} ticks in {elapsed:.3f}s)"
+    assert ticks_during_call >= 5 and ticks_during_call >= elapsed / 0.01, (
+        f"the event loop was blocked ({ticks_during_call} ticks in {elapsed:.3f}s)"
+    )
     assert "".join(c.delta or "" for c in stream_chunks) == stream_chunks[-1].text == resp.text
     starts, ends = recorder.of(LLMCompletionStartEvent), recorder.of(LLMCompletionEndEvent)
     assert len(starts) == len(ends) == 2, "exactly one start/end pair per call"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mtp_llm import InvalidOptionError, Model
+from mtp_llm import MTP, MTP_ARCHITECTURES, InvalidOptionError, Model, TokenEvent
 from mtp_llm.gguf_hyv3 import read_hy_v3, split_mtp
 from mtp_llm.tiny_models import TINY_CONFIG, tiny_vocab
 
@@ -31,6 +31,55 @@ def test_trunk_and_sidecar_flags(tiny_paths) -> None:
     sidecar = Model.load(tiny_paths["mtp-random-trunk"])
     assert trunk.n_mtp_heads == 1 and not trunk.has_mtp_head and not trunk.is_mtp_sidecar
     assert sidecar.has_mtp_head and sidecar.is_mtp_sidecar
+
+
+def test_nextn_tensors_without_mtp_graph_decode_plainly(tiny_paths) -> None:
+    glm4 = Model.load(tiny_paths["glm4-nextn"])
+    assert glm4.architecture == "glm4" and glm4.architecture not in MTP_ARCHITECTURES
+    assert glm4.n_mtp_heads == 1 and glm4.has_mtp_head and not glm4.has_mtp_graph
+    session = MTP(glm4, n_draft=0, n_threads=1)
+    first = [e.id for e in session.stream_events("Hello", max_tokens=12, temp=0)
+             if isinstance(e, TokenEvent)]
+    assert len(first) == 12
+    assert session.stats().drafts_generated == 0
+    again = [e.id for e in session.stream_events("Hello", max_tokens=12, temp=0)
+             if isinstance(e, TokenEvent)]
+    assert again == first
+
+
+def _mtp_graph_architectures_in_llama_cpp_source() -> set[str]:
+    """Architectures whose graph builder handles LLM_GRAPH_TYPE_DECODER_MTP, read from the llama.cpp sources."""
+    import os
+    import re
+    import sys
+    from pathlib import Path
+
+    root = os.environ.get("MTP_LLM_LLAMA_CPP_DIR")
+    if not root:
+        sys.path.insert(0, str(Path(__file__).parents[1] / "cmake"))
+        from fetch_llama_cpp import default_cache_dir, ensure_llama_cpp
+
+        root = str(ensure_llama_cpp(default_cache_dir()))
+    src = Path(root) / "src"
+    graph_builder = re.compile(r"llama_model_(\w+)::build_arch_graph\([^)]*\)\s*const\s*\{(.*?)\n\}", re.DOTALL)
+    classes = set()
+    for source in (src / "models").glob("*.cpp"):
+        for m in graph_builder.finditer(source.read_text()):
+            if "LLM_GRAPH_TYPE_DECODER_MTP" in m.group(2):
+                classes.add(m.group(1))
+    model_factory = re.compile(r"((?:case\s+LLM_ARCH_\w+:\s*)+)return new llama_model_(\w+)\(")
+    arch_ids = set()
+    for m in model_factory.finditer((src / "llama-model.cpp").read_text()):
+        if m.group(2) in classes:
+            arch_ids.update(re.findall(r"LLM_ARCH_(\w+)", m.group(1)))
+    names = dict(re.findall(r"\{\s*LLM_ARCH_(\w+),\s*\"([^\"]+)\"\s*\}", (src / "llama-arch.cpp").read_text()))
+    return {names[a] for a in arch_ids}
+
+
+def test_mtp_architectures_match_llama_cpp_source() -> None:
+    found = _mtp_graph_architectures_in_llama_cpp_source()
+    assert len(found) >= 10 and "hy_v3" in found and "qwen35" in found
+    assert set(MTP_ARCHITECTURES) == found
 
 
 @pytest.mark.parametrize("text", ["Hello world", "the theory", "ünïcödé €", "a\nb\tc  d"])

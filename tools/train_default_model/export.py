@@ -25,7 +25,6 @@ from corpus import DEFAULT_WORK_DIR, EOT  # noqa: E402
 from model import gguf_tensors, load_checkpoint  # noqa: E402
 
 
-
 def _load_gguf_hyv3():
     """mtp_llm/gguf_hyv3.py loaded by path: importing the mtp_llm package needs its compiled core."""
     import importlib.util
