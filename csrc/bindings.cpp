@@ -236,5 +236,6 @@ PYBIND11_MODULE(_core, m) {
         .def("print_stats", &mtp::Session::print_stats, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("n_ctx", &mtp::Session::n_ctx)
         .def_property_readonly("n_draft", [](const mtp::Session & self) { return self.options().n_draft; })
-        .def_property_readonly("rollback_mode", &mtp::Session::rollback_mode);
+        .def_property_readonly("rollback_mode", &mtp::Session::rollback_mode)
+        .def_property_readonly("flash_attn", &mtp::Session::flash_attn);
 }

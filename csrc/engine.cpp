@@ -75,6 +75,27 @@ void ensure_backend() {
 
 [[noreturn]] void fail(ErrorKind kind, const std::string & msg) { throw Error(kind, msg); }
 
+bool has_accelerator() {
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        const auto type = ggml_backend_dev_type(ggml_backend_dev_get(i));
+        if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) return true;
+    }
+    return false;
+}
+
+// "auto" is llama.cpp's choice (flash attention wherever the backend has it)
+// except on a CPU-only build: ggml's CPU flash-attention kernel walks the KV
+// cache once per query row, so a verify batch of n_draft + 1 rows pays it
+// n_draft + 1 times; without it the KQ product is one matmul. Measured on the
+// default model (docs/performance.md): plain +20%, MTP n_draft=2 +66%.
+// A quantized V cache needs flash attention, so it keeps it.
+llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {
+    if (o.flash_attn >= 0) return (llama_flash_attn_type) o.flash_attn;
+    const bool quantized_v = o.type_v >= 0 && ggml_is_quantized((ggml_type) o.type_v);
+    if (!has_accelerator() && !quantized_v) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    return LLAMA_FLASH_ATTN_TYPE_AUTO;
+}
+
 std::string with_log(const std::string & msg) {
     std::string log = recent_log();
     return log.empty() ? msg : msg + "\nllama.cpp said:\n" + log;
@@ -683,7 +704,8 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
     cp.n_seq_max = 1;
     cp.n_threads = opts_.n_threads > 0 ? opts_.n_threads : default_threads();
     cp.n_threads_batch = opts_.n_threads_batch > 0 ? opts_.n_threads_batch : cp.n_threads;
-    cp.flash_attn_type = (llama_flash_attn_type) opts_.flash_attn;
+    flash_attn_type_ = resolve_flash_attn(opts_);
+    cp.flash_attn_type = flash_attn_type_;
     if (opts_.type_k >= 0) cp.type_k = (ggml_type) opts_.type_k;
     if (opts_.type_v >= 0) cp.type_v = (ggml_type) opts_.type_v;
     cp.offload_kqv = opts_.offload_kqv;
@@ -706,6 +728,7 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
     }
     seq_rm_tgt_ = common_context_can_seq_rm(ctx_tgt_.get());
     batch_ = common_batch(ctx_tgt_.get());
+    accepted_batch_ = common_batch(ctx_tgt_.get());
 
     if (use_mtp) {
         llama_context_params dp = cp;
@@ -736,6 +759,14 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
 Session::~Session() = default;
 
 int32_t Session::n_ctx() const { return (int32_t) llama_n_ctx(ctx_tgt_.get()); }
+
+std::string Session::flash_attn() const {
+    switch (flash_attn_type_) {
+        case LLAMA_FLASH_ATTN_TYPE_ENABLED: return "on";
+        case LLAMA_FLASH_ATTN_TYPE_DISABLED: return "off";
+        default: return "auto";
+    }
+}
 
 std::string Session::rollback_mode() const {
     if (!spec_) {
@@ -1037,13 +1068,7 @@ void Session::speculative_iteration(StepResult & out) {
     }
     decode_or_throw(ctx_tgt, batch, "verify batch");
     const int64_t tv1 = now_us();
-    if (drafting() && !common_speculative_process(spec_.get(), batch)) {
-        check_deadline();
-        fail(ErrorKind::Decode, with_log("the MTP head failed to process the verify batch"));
-    }
-    const int64_t tv2 = now_us();
     c.t_verify_us += tv1 - tv0;
-    c.t_draft_us += tv2 - tv1;
 
     common_sampler_ptr sampler_save;
     if (use_ckpt_tgt && !draft_tokens_.empty()) {
@@ -1052,10 +1077,28 @@ void Session::speculative_iteration(StepResult & out) {
     const size_t n_draft = draft_tokens_.size();
     std::vector<llama_token> ids = common_sampler_sample_and_accept_n(sampler_.get(), ctx_tgt, draft_tokens_);
     const int64_t ts = now_us();
-    c.t_sample_us += ts - tv2;
+    c.t_sample_us += ts - tv1;
     c.iters = 1;
 
     const size_t n_accepted = ids.size() - 1;
+    const bool restoring_checkpoint = use_ckpt_tgt && n_accepted < n_draft;
+    if (drafting() && !restoring_checkpoint) {
+        // The head catches up on [id_last, accepted drafts] only: rows past the
+        // first rejection would be trimmed from its cache right after.
+        const common_batch * catch_up = &batch;
+        if (n_accepted < n_draft) {
+            accepted_batch_.clear();
+            for (size_t i = 0; i <= n_accepted; ++i) {
+                accepted_batch_.add(batch.tokens[i].id, batch.tokens[i].pos[0], 0, true);
+            }
+            catch_up = &accepted_batch_;
+        }
+        if (!common_speculative_process(spec_.get(), *catch_up)) {
+            check_deadline();
+            fail(ErrorKind::Decode, with_log("the MTP head failed to process the verify batch"));
+        }
+        c.t_draft_us += now_us() - ts;
+    }
     if (is_replay) {
         c.replays = 1;
     } else {
@@ -1067,7 +1110,7 @@ void Session::speculative_iteration(StepResult & out) {
         }
     }
 
-    if (use_ckpt_tgt && n_accepted < n_draft) {
+    if (restoring_checkpoint) {
         // Partial acceptance without partial rollback: restore the checkpoint
         // and re-verify the accepted tokens next step (a replay, not new drafts).
         const int64_t tc0 = now_us();

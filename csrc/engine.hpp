@@ -142,7 +142,7 @@ struct ContextOptions {
     int32_t n_batch = 512;
     int32_t n_threads = 0;       // 0 = hardware concurrency
     int32_t n_threads_batch = 0; // 0 = n_threads
-    int32_t flash_attn = -1;     // -1 auto, 0 off, 1 on
+    int32_t flash_attn = -1;     // -1 auto (off on CPU-only builds), 0 off, 1 on
     int32_t type_k = -1;         // ggml_type, -1 = f16 default
     int32_t type_v = -1;
     bool offload_kqv = true;
@@ -252,6 +252,7 @@ public:
     const ContextOptions & options() const { return opts_; }
     int32_t n_ctx() const;
     std::string rollback_mode() const;  // "none", "partial", "rs", "checkpoint"
+    std::string flash_attn() const;     // "on", "off", or "auto" (llama.cpp decides per device)
     const std::shared_ptr<Model> & target() const { return target_; }
 
 private:
@@ -267,12 +268,14 @@ private:
     std::shared_ptr<Model> target_;
     std::shared_ptr<Model> draft_model_;
     ContextOptions opts_;
+    llama_flash_attn_type flash_attn_type_ = LLAMA_FLASH_ATTN_TYPE_AUTO;
 
     // Declaration order = reverse teardown order.
     llama_context_ptr ctx_tgt_;
     llama_context_ptr ctx_dft_;
     common_speculative_ptr spec_;
     common_batch batch_;  // target prompt/verify batch, reused: no allocation per step
+    common_batch accepted_batch_;  // the verify batch's accepted prefix, for the MTP head's catch-up
     common_params_speculative spec_params_;
     common_context_seq_rm_type seq_rm_tgt_ = COMMON_CONTEXT_SEQ_RM_TYPE_PART;
     common_context_seq_rm_type seq_rm_dft_ = COMMON_CONTEXT_SEQ_RM_TYPE_PART;

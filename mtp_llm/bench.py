@@ -118,6 +118,7 @@ def run_bench(
     warmup: int,
     progress: bool = True,
     rollback: str = "auto",
+    flash_attn: bool | None = None,
 ) -> tuple[list[ConfigResult], dict[str, Any]]:
     from .model import Model
     from .session import MTP
@@ -125,7 +126,10 @@ def run_bench(
     model = Model.load(model_path) if model_path else Model.load_default()
     n_ctx = max(512, tokens + 256)
     configs = [0, *[k for k in n_drafts if k > 0]]
-    sessions = {k: MTP(model, n_draft=k, n_ctx=n_ctx, n_threads=threads, rollback=rollback) for k in configs}
+    sessions = {
+        k: MTP(model, n_draft=k, n_ctx=n_ctx, n_threads=threads, rollback=rollback, flash_attn=flash_attn)
+        for k in configs
+    }
     results = {k: ConfigResult(n_draft=k) for k in configs}
 
     total = (warmup + reps) * len(configs)
@@ -161,6 +165,7 @@ def run_bench(
         "reps": reps,
         "warmup": warmup,
         "rollback": sessions[configs[-1]].rollback_mode,
+        "flash_attn": {None: "default", True: "on", False: "off"}[flash_attn],
     }
     return [results[k] for k in configs], meta
 
@@ -350,7 +355,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS
     results, meta = run_bench(
         args.model, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
-        args.rollback,
+        args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn],
     )
     rows = to_rows(results)
     table = markdown_table(rows)
@@ -359,7 +364,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     (out / "bench.md").write_text(table + "\n")
-    png = plot(rows, out / "bench.png", f"{Path(meta['model']).name}, {meta['tokens']} tokens, threads={meta['threads']}")
+    png = plot(rows, out / "bench.png", f"{Path(meta['model']).name}, {meta['tokens']} tokens, threads={meta['threads']}, flash_attn={meta['flash_attn']}")
     print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {png}" if png else ""))
     if args.wrappers:
         k = max(n_drafts) if n_drafts else 3
@@ -386,5 +391,7 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--rollback", default="auto", choices=["auto", "rs", "checkpoint"],
                    help="hybrid targets: recurrent-state rollback or checkpoint save/restore")
+    p.add_argument("--flash-attn", default="default", choices=["default", "on", "off"],
+                   help="flash attention (default: the engine's choice)")
     p.add_argument("--wrappers", action="store_true", help="also measure the LangChain/LlamaIndex streaming paths")
     p.set_defaults(func=cmd_bench)

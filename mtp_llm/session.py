@@ -88,7 +88,9 @@ class MTP:
         n_batch: maximum tokens per decode call (prompt chunk size).
         n_threads: decode threads (default: all cores).
         n_threads_batch: prompt/verify threads (default: n_threads).
-        flash_attn: None = auto, True/False to force.
+        flash_attn: None = auto: off on a CPU-only build (ggml's CPU flash attention
+            re-reads the KV cache per verify row; measured slower), llama.cpp's
+            choice where a GPU backend exists; True/False to force.
         type_k: K cache type ("f16", "q8_0", ...) of both contexts.
         type_v: V cache type of both contexts.
         offload_kqv: keep KV cache and attention on the GPU backend.
@@ -158,6 +160,11 @@ class MTP:
         """How the target undoes rejected drafts: "partial" (KV cache), "rs"
         (recurrent-state snapshots) or "checkpoint" (save/restore)."""
         return self._native.rollback_mode
+
+    @property
+    def flash_attn(self) -> str:
+        """Flash attention in effect: "on", "off", or "auto" (llama.cpp decides per device)."""
+        return self._native.flash_attn
 
     def stats(self) -> MTPStats:
         """Cumulative stats over every call since creation or :meth:`reset_stats`.

@@ -31,6 +31,31 @@ def test_greedy_mtp_equals_plain_decoding(tiny_paths, model_name: str, n_draft: 
 
 
 @pytest.mark.parametrize("n_draft", [1, 3])
+def test_greedy_mtp_equals_plain_decoding_with_flash_attention(random_model: Model, n_draft: int) -> None:
+    plain = make_session(random_model, n_draft=0, flash_attn=True)
+    spec = make_session(random_model, n_draft=n_draft, flash_attn=True)
+    assert plain.flash_attn == spec.flash_attn == "on"
+    for prompt in PROMPTS:
+        assert token_ids(spec, prompt, max_tokens=40, temp=0) == token_ids(plain, prompt, max_tokens=40, temp=0)
+    assert spec.stats().drafts_generated > 0
+
+
+def test_flash_attention_default_is_off_on_a_cpu_build(random_model: Model) -> None:
+    # The extension is built for the CPU only; there a verify batch is faster without it.
+    assert make_session(random_model).flash_attn == "off"
+    assert make_session(random_model, flash_attn=True).flash_attn == "on"
+    assert make_session(random_model, flash_attn=False).flash_attn == "off"
+    # A quantized V cache needs flash attention, so "auto" leaves the choice to llama.cpp
+    # (on the default model: the tiny models' 16-wide heads cannot hold q8_0 blocks of 32).
+    default = Model.load_default()
+    quantized = make_session(default, n_draft=2, type_k="q8_0", type_v="q8_0")
+    assert quantized.flash_attn == "auto"
+    plain = make_session(default, n_draft=0, type_k="q8_0", type_v="q8_0")
+    prompt = "To be, or not to be"
+    assert token_ids(quantized, prompt, max_tokens=16, temp=0) == token_ids(plain, prompt, max_tokens=16, temp=0)
+
+
+@pytest.mark.parametrize("n_draft", [1, 3])
 def test_sidecar_split_model_equals_embedded(tiny_paths, random_model: Model, n_draft: int) -> None:
     trunk = Model.load(tiny_paths["random-trunk"])
     sidecar = Model.load(tiny_paths["mtp-random-trunk"])
