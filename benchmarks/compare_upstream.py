@@ -24,11 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "ROMEO: But soft, what light through yonder window breaks?"
 
 
-def run_upstream(binary: Path, model: str, n_draft: int, tokens: int, threads: int, prompt: str) -> dict[str, float]:
+def run_upstream(
+    binary: Path, model: str, n_draft: int, tokens: int, threads: int, prompt: str, flash_attn: str
+) -> dict[str, float]:
     cmd = [
         str(binary), "-m", model, "-p", prompt, "-n", str(tokens), "--spec-type", "draft-mtp",
         "--spec-draft-n-max", str(n_draft), "--temp", "0", "--top-k", "1", "-t", str(threads),
-        "-tb", str(threads), "-c", "2048", "--seed", "42",
+        "-tb", str(threads), "-c", "2048", "--seed", "42", "-fa", flash_attn,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
@@ -67,6 +69,8 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--flash-attn", default="off", choices=["on", "off"],
+                        help="the same setting on both sides (off: the engine's default on the CPU)")
     parser.add_argument("--bin-dir", default=str(ROOT / "build" / "upstream"))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
@@ -79,12 +83,15 @@ def main() -> int:
     if not binary.exists():
         print(f"{binary} not found: run `bash benchmarks/build_upstream.sh` first", file=sys.stderr)
         return 2
-    session = MTP(Model.load(model_path), n_draft=args.n_draft, n_ctx=2048, n_threads=args.threads)
+    session = MTP(
+        Model.load(model_path), n_draft=args.n_draft, n_ctx=2048, n_threads=args.threads,
+        flash_attn=args.flash_attn == "on",
+    )
     run_ours(session, 16, PROMPT)  # warm-up
-    run_upstream(binary, model_path, args.n_draft, 16, args.threads, PROMPT)
+    run_upstream(binary, model_path, args.n_draft, 16, args.threads, PROMPT, args.flash_attn)
     upstream, ours = [], []
     for _ in range(args.reps):
-        upstream.append(run_upstream(binary, model_path, args.n_draft, args.tokens, args.threads, PROMPT))
+        upstream.append(run_upstream(binary, model_path, args.n_draft, args.tokens, args.threads, PROMPT, args.flash_attn))
         ours.append(run_ours(session, args.tokens, PROMPT))
     up_tps = statistics.median(r["tokens_per_sec"] for r in upstream)
     our_tps = statistics.median(r["tokens_per_sec"] for r in ours)
@@ -93,6 +100,7 @@ def main() -> int:
         "n_draft": args.n_draft,
         "tokens": args.tokens,
         "threads": args.threads,
+        "flash_attn": args.flash_attn,
         "upstream": upstream,
         "ours": ours,
         "upstream_tps_median": up_tps,

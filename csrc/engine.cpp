@@ -87,7 +87,8 @@ bool has_accelerator() {
 // except on a CPU-only build: ggml's CPU flash-attention kernel walks the KV
 // cache once per query row, so a verify batch of n_draft + 1 rows pays it
 // n_draft + 1 times; without it the KQ product is one matmul. Measured on the
-// default model (docs/performance.md): plain +20%, MTP n_draft=2 +66%.
+// default model (benchmarks/flash_attention.py): off is 1.09-1.50x faster for
+// plain decoding and 1.14-1.77x for MTP n_draft=2 at 128-512 tokens.
 // A quantized V cache needs flash attention, so it keeps it.
 llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {
     if (o.flash_attn >= 0) return (llama_flash_attn_type) o.flash_attn;
