@@ -9,6 +9,10 @@ Nothing can be downloaded here, so the project makes its own models:
 * ``accept33``: the head agrees only at draft position 1, so at n_draft=3
   exactly one draft in three is accepted;
 * ``eos``: the target emits end-of-generation at once;
+* ``sampling``: the target's next-token distribution is the same at every
+  position, :data:`SAMPLING_PROBABILITIES` over ("a", "b", "c", any other token),
+  and the head always drafts "a": for checking that sampled MTP output follows
+  the target's distribution (drafts are accepted about half the time);
 * ``hybrid``: a random-weight qwen35 (Gated DeltaNet + attention) model whose
   head is right about a third of the time (partial acceptances), to exercise
   recurrent-state rollback and checkpoint save/restore;
@@ -77,6 +81,27 @@ TOKEN_X = ord("a")
 TOKEN_Y = ord("b")
 
 
+# The ``sampling`` model's next-token distribution: "a", "b", "c", then every other token together.
+SAMPLING_TOKENS = (TOKEN_X, TOKEN_Y, ord("c"))
+SAMPLING_PROBABILITIES = (0.5, 0.25, 0.15, 0.10)
+
+
+def _sampling_tensors(config: HyV3Config) -> dict[str, np.ndarray]:
+    """The accept100 weights with an output matrix that gives every position the
+    distribution SAMPLING_PROBABILITIES (the hidden state's X component is the same
+    for every token, so the logits do not depend on the context)."""
+    tensors = _forced_tensors(config, head_agrees_after_first=True)
+    h_x = float(np.sqrt(config.n_embd / 2.0))  # rmsnorm of an embedding with two unit components
+    n_rest = config.n_vocab - len(SAMPLING_TOKENS)
+    # Every other token has logit ~0, so together they weigh n_rest; scale the partition to match.
+    partition = n_rest / SAMPLING_PROBABILITIES[-1]
+    output = tensors["output.weight"]
+    output[:, : _D_TOKEN_Y + 1] = 0.0
+    for token, p in zip(SAMPLING_TOKENS, SAMPLING_PROBABILITIES):
+        output[token, _D_TOKEN_X] = np.log(p * partition) / h_x
+    return tensors
+
+
 def _random_tensors(config: HyV3Config, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     tensors = {}
@@ -142,6 +167,7 @@ def make_tiny_models(out_dir: str | Path) -> dict[str, Path]:
         "random": lambda: _random_tensors(config, seed=1234),
         "accept100": lambda: _forced_tensors(config, head_agrees_after_first=True),
         "accept33": lambda: _forced_tensors(config, head_agrees_after_first=False),
+        "sampling": lambda: _sampling_tensors(config),
     }
     for name, make in specs.items():
         path = out / f"{name}.gguf"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from conftest import make_session
 
@@ -190,6 +191,51 @@ def test_sampled_output_is_reproducible_with_a_seed(random_session: MTP) -> None
     a = random_session.generate("Hello", max_tokens=30, temp=1.0, seed=42)
     b = random_session.generate("Hello", max_tokens=30, temp=1.0, seed=42)
     assert a == b
+
+
+# Chi-square critical value at significance 0.001 for 3 degrees of freedom (4 bins).
+CHI2_CRITICAL_DF3 = 16.27
+
+
+def _chi_square(counts: list[int], probabilities: list[float]) -> float:
+    total = sum(counts)
+    return sum((c - total * p) ** 2 / (total * p) for c, p in zip(counts, probabilities))
+
+
+def test_sampled_mtp_output_follows_the_target_distribution(tiny_paths) -> None:
+    """Lossless in distribution: at temp=1 the tokens MTP emits (accepted drafts and
+    the target's own samples at a rejection) are distributed as the target's samples.
+    The ``sampling`` model gives every position the same known distribution and its
+    head always drafts "a", so drafts are accepted about half the time."""
+    from mtp_llm.parity import forward_with_head
+    from mtp_llm.tiny_models import SAMPLING_TOKENS
+
+    model = Model.load(tiny_paths["sampling"])
+    prompt = "Hi there"
+    logits = forward_with_head(model, model.tokenize(prompt))["trunk_logits"][-1]
+    weights = np.exp(logits - logits.max())
+    weights /= weights.sum()
+    target = [float(weights[t]) for t in SAMPLING_TOKENS]
+    target.append(1.0 - sum(target))
+
+    sampling = {"temp": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "max_tokens": 4}
+    plain, spec = make_session(model, n_draft=0), make_session(model, n_draft=2)
+    counts = [0, 0, 0, 0]
+    for seed in range(1500):
+        ids = token_ids(spec, prompt, seed=seed, **sampling)
+        # One random draw per emitted token in both modes: same seed, same logits, same tokens.
+        assert ids == token_ids(plain, prompt, seed=seed, **sampling), seed
+        for token in ids[1:]:  # the first token is sampled before any draft exists
+            counts[SAMPLING_TOKENS.index(token) if token in SAMPLING_TOKENS else 3] += 1
+
+    stats = spec.stats()
+    # Drafts ["a", "a"]: the first is accepted with p=0.5, the second with 0.5 after that.
+    assert 0.33 < stats.acceptance_rate < 0.42, stats.acceptance_rate
+    assert stats.acceptance_rate_per_position[0] == pytest.approx(0.5, abs=0.04)
+    assert _chi_square(counts, target) < CHI2_CRITICAL_DF3, (counts, target)
+    # The test has power: accepting drafts too often would shift mass to "a" and fail it.
+    biased = [target[0] + 0.05, target[1] - 0.03, target[2] - 0.01, target[3] - 0.01]
+    assert _chi_square(counts, biased) > CHI2_CRITICAL_DF3
 
 
 def test_prompt_as_token_ids(random_session: MTP, random_model: Model) -> None:
