@@ -182,7 +182,7 @@ def _progress(total: int, enabled: bool) -> Any:
     if not enabled:
         return _NoBar()
     try:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped]
     except ImportError:
         return _NoBar()
     return tqdm(total=total, desc="bench", unit="run")

@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .errors import MTPError
+
+if TYPE_CHECKING:
+    from .session import MTP
 
 
 def _add_session_args(p: argparse.ArgumentParser) -> None:
@@ -19,7 +23,7 @@ def _add_session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="decode threads (default: all cores)")
 
 
-def _open_session(args: argparse.Namespace):  # noqa: ANN202 - returns MTP
+def _open_session(args: argparse.Namespace) -> MTP:
     from .model import Model
     from .session import MTP
 

@@ -220,7 +220,7 @@ def read_hy_v3(path: str | Path) -> tuple[HyV3Config, dict[str, np.ndarray], Bpe
 
     reader = gguf.GGUFReader(str(path))
 
-    def field(key: str):  # noqa: ANN202 - gguf field values are heterogenous
+    def field(key: str) -> Any:  # gguf field values are heterogenous
         f = reader.fields.get(key)
         return None if f is None else f.contents()
 

@@ -179,6 +179,8 @@ class Model:
 
 
 def _as_pair(message: Message) -> tuple[str, str]:
+    role: Any
+    content: Any
     if isinstance(message, tuple) and len(message) == 2:
         role, content = message
     elif isinstance(message, Mapping):

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import _core
 from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
@@ -149,22 +149,22 @@ class MTP:
 
     @property
     def n_draft(self) -> int:
-        return self._native.n_draft
+        return int(self._native.n_draft)
 
     @property
     def n_ctx(self) -> int:
-        return self._native.n_ctx
+        return int(self._native.n_ctx)
 
     @property
     def rollback_mode(self) -> str:
         """How the target undoes rejected drafts: "partial" (KV cache), "rs"
         (recurrent-state snapshots) or "checkpoint" (save/restore)."""
-        return self._native.rollback_mode
+        return str(self._native.rollback_mode)
 
     @property
     def flash_attn(self) -> str:
         """Flash attention in effect: "on", "off", or "auto" (llama.cpp decides per device)."""
-        return self._native.flash_attn
+        return str(self._native.flash_attn)
 
     def stats(self) -> MTPStats:
         """Cumulative stats over every call since creation or :meth:`reset_stats`.
@@ -206,7 +206,7 @@ class MTP:
         if isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             if len(prompt) == 0:
                 raise InvalidPromptError("prompt is empty: pass some text or token ids")
-            return list(prompt)
+            return list(cast(Sequence[int], prompt))
         raise InvalidPromptError(f"prompt must be str, bytes or a sequence of token ids (got {type(prompt).__name__})")
 
     def options(self, **kwargs: Any) -> GenerationOptions:

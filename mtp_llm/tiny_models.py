@@ -26,6 +26,7 @@ directions steer the logits; see :func:`_forced_tensors`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +164,7 @@ def make_tiny_models(out_dir: str | Path) -> dict[str, Path]:
     config = TINY_CONFIG
     paths: dict[str, Path] = {}
 
-    specs = {
+    specs: dict[str, Callable[[], dict[str, np.ndarray]]] = {
         "random": lambda: _random_tensors(config, seed=1234),
         "accept100": lambda: _forced_tensors(config, head_agrees_after_first=True),
         "accept33": lambda: _forced_tensors(config, head_agrees_after_first=False),
