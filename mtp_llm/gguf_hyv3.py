@@ -22,9 +22,9 @@ import numpy as np
 
 ARCH = "hy_v3"
 Part = Literal["full", "trunk", "mtp"]
-FileType = Literal["f32", "f16", "q8_0"]
+FileType = Literal["f32", "f16", "bf16", "q8_0"]
 
-_GGUF_FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7}
+_GGUF_FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,9 +204,9 @@ def write_hy_v3(
         data = np.ascontiguousarray(array, dtype=np.float32)
         if file_type == "f16" and data.ndim == 2:
             data = data.astype(np.float16)
-        elif file_type == "q8_0" and data.ndim == 2:
-            q8 = gguf.GGMLQuantizationType.Q8_0
-            writer.add_tensor(name, gguf.quants.quantize(data, q8), raw_dtype=q8)
+        elif file_type in ("bf16", "q8_0") and data.ndim == 2:
+            qtype = gguf.GGMLQuantizationType.BF16 if file_type == "bf16" else gguf.GGMLQuantizationType.Q8_0
+            writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
             continue
         writer.add_tensor(name, data)
 
