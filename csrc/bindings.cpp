@@ -71,7 +71,11 @@ PYBIND11_MODULE(_core, m) {
             if (p) std::rethrow_exception(p);
         } catch (const mtp::Error & e) {
             py::object cls = py::module_::import("mtp_llm.errors").attr(error_class_name(e.kind));
-            PyErr_SetString(cls.ptr(), e.what());
+            // Messages quote file contents and llama.cpp's log, which need not be valid UTF-8.
+            const std::string msg = e.what();
+            py::object text = py::reinterpret_steal<py::object>(
+                PyUnicode_DecodeUTF8(msg.data(), (Py_ssize_t) msg.size(), "replace"));
+            PyErr_SetObject(cls.ptr(), text.ptr());
         }
     });
 

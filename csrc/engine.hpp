@@ -71,6 +71,8 @@ GgufInfo inspect_gguf(const std::string & path);
 // graph. Others (glm4, exaone4, ...) may store nextn tensors but cannot draft.
 const std::vector<std::string> & mtp_graph_architectures();
 bool architecture_has_mtp_graph(const std::string & architecture);
+// Of those, the ones whose MTP graph runs exactly one head.
+const std::vector<std::string> & single_head_mtp_architectures();
 
 // GBNF grammar that accepts exactly the JSON documents matching a JSON schema.
 std::string json_schema_grammar(const std::string & schema_json);

@@ -44,6 +44,15 @@ CASES: dict[str, tuple[str, str, str]] = {
     "parity head without MTP graph": (
         "m = Model.load(paths['glm4-nextn']); mtp_llm._core.forward_with_head(m._native, m._native, [1, 2])",
         "MissingMTPHeadError", "no MTP draft graph"),
+    "vocabulary with a repeated token": ("Model.load(paths['repeated-token'])", "ModelLoadError", "same token twice"),
+    "block_count out of range": ("Model.load(paths['huge-block-count'])", "ModelLoadError", "block_count"),
+    "nextn heads beyond block_count": ("Model.load(paths['nextn-beyond-blocks'])", "ModelLoadError",
+                                       "nextn_predict_layers"),
+    "rope dimension unlike head size": ("Model.load(paths['rope-mismatch'])", "ModelLoadError",
+                                        "rope.dimension_count"),
+    "architecture name not UTF-8": ("Model.load(paths['binary-architecture'])", "ModelLoadError", "could not load"),
+    "two MTP heads where llama.cpp runs one": ("MTP(Model.load(paths['qwen35-two-heads']), n_threads=1)",
+                                               "MissingMTPHeadError", "exactly one"),
     "n_draft negative": ("MTP(models['random'], n_draft=-1)", "InvalidOptionError", "n_draft"),
     "n_draft huge": ("MTP(models['random'], n_draft=10**6)", "InvalidOptionError", "n_draft"),
     "n_ctx tiny": ("MTP(models['random'], n_ctx=1)", "InvalidOptionError", "n_ctx"),
@@ -96,11 +105,29 @@ RUNNER = textwrap.dedent(
 )
 
 
+def patched_copy(src: Path, dst: Path, key: str, value: int | bytes) -> str:
+    """Copy a GGUF with one metadata value overwritten in place: an integer of the same
+    type, or the bytes of a string of the same length."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(src)
+    part = reader.fields[key].parts[reader.fields[key].data[0]]
+    offset = part.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
+    raw = value if isinstance(value, bytes) else np.array([value], dtype=part.dtype).tobytes()
+    assert len(raw) == part.nbytes, (key, len(raw), part.nbytes)
+    data = bytearray(src.read_bytes())
+    data[offset : offset + part.nbytes] = raw
+    dst.write_bytes(bytes(data))
+    return str(dst)
+
+
 @pytest.fixture(scope="module")
 def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     import dataclasses
 
     from mtp_llm.gguf_glm4 import write_glm4
+    from mtp_llm.gguf_qwen35 import Qwen35Config, random_qwen35_tensors, write_qwen35_tensors
     from mtp_llm.gguf_hyv3 import read_hy_v3, write_hy_v3
     from mtp_llm.tiny_models import _random_tensors, tiny_vocab
 
@@ -114,7 +141,20 @@ def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     narrow = dataclasses.replace(config, n_vocab=len(small_vocab.tokens))
     write_hy_v3(out / "vocab.gguf", narrow, _random_tensors(narrow, 1), small_vocab, part="mtp")
     write_glm4(out / "glm4-plain.gguf", vocab, seed=5, n_nextn=0)
+    repeated = dataclasses.replace(vocab, tokens=[*vocab.tokens[:66], vocab.tokens[65], *vocab.tokens[67:]])
+    write_hy_v3(out / "repeated-token.gguf", config, _random_tensors(config, 1), repeated)
+    two_heads = Qwen35Config(n_vocab=len(vocab.tokens), n_nextn=2)
+    write_qwen35_tensors(out / "qwen35-two-heads.gguf", two_heads, random_qwen35_tensors(two_heads, 3), vocab)
+    random = tiny_paths["random"]
     paths = {k: str(v) for k, v in tiny_paths.items()}
+    paths.update({
+        "repeated-token": str(out / "repeated-token.gguf"),
+        "qwen35-two-heads": str(out / "qwen35-two-heads.gguf"),
+        "huge-block-count": patched_copy(random, out / "blocks.gguf", "hy_v3.block_count", 100_000),
+        "nextn-beyond-blocks": patched_copy(random, out / "nextn.gguf", "hy_v3.nextn_predict_layers", 9),
+        "rope-mismatch": patched_copy(random, out / "rope.gguf", "hy_v3.rope.dimension_count", 8),
+        "binary-architecture": patched_copy(random, out / "arch.gguf", "general.architecture", b"\xffy_v3"),
+    })
     paths.update({"dir": str(out), "wide-sidecar": str(out / "wide.gguf"), "vocab-sidecar": str(out / "vocab.gguf"),
                   "glm4-plain": str(out / "glm4-plain.gguf")})
     return paths
@@ -135,3 +175,73 @@ def test_bad_input_raises_specific_error(name: str, case_paths: dict[str, str]) 
 
 def test_at_least_25_cases() -> None:
     assert len(CASES) >= 25
+
+
+MUTATION_RUNNER = textwrap.dedent(
+    """
+    import sys
+    import mtp_llm
+    from mtp_llm import MTP, Model
+    for i, path in enumerate(sys.argv[1:]):
+        print(i, flush=True)
+        try:
+            model = Model.load(path)
+            (model.architecture, model.description, model.chat_template)
+            MTP(model, n_draft=2, n_threads=1, n_ctx=256).generate("Hello", max_tokens=4, temp=0)
+        except mtp_llm.MTPError as exc:
+            str(exc)
+    print("done", flush=True)
+    """
+)
+
+
+def _mutations(src: Path, out: Path, count: int, seed: int) -> list[str]:
+    """Copies of ``src`` with one to three metadata values or tensor-info fields
+    (dimensions, types, offsets) overwritten by edge values: 0, 1, maxima, NaN, random bytes."""
+    import random
+
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(src)
+    base = reader.data.__array_interface__["data"][0]
+    parts = [f.parts[i] for f in reader.fields.values() for i in f.data]
+    parts += [p for t in reader.tensors for p in t.field.parts[2:]]
+    targets = [(p.__array_interface__["data"][0] - base, p.nbytes, p.dtype) for p in parts if p.nbytes]
+    rng = random.Random(seed)
+    original = src.read_bytes()
+    paths = []
+    for n in range(count):
+        data = bytearray(original)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            offset, nbytes, dtype = rng.choice(targets)
+            if dtype.kind in "uif" and nbytes > dtype.itemsize:  # one element of an array
+                offset += rng.randrange(nbytes // dtype.itemsize) * dtype.itemsize
+                nbytes = dtype.itemsize
+            if dtype.kind in "ui":
+                info = np.iinfo(dtype)
+                value = rng.choice([0, 1, 2, 3, 8, 255, 4096, info.max, info.max - 1, info.min, info.max // 2 + 1])
+                raw = np.array([min(max(value, info.min), info.max)], dtype=dtype).tobytes()
+            elif dtype.kind == "f":
+                raw = np.array([rng.choice([0.0, -1.0, float("nan"), float("inf"), 1e30])], dtype=dtype).tobytes()
+            else:
+                raw = bytes(rng.randrange(256) for _ in range(nbytes))
+            data[offset : offset + nbytes] = raw[:nbytes]
+        path = out / f"mutant-{n}.gguf"
+        path.write_bytes(bytes(data))
+        paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("model_name", ["random", "hybrid"])
+def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
+    """Loading a GGUF is loading untrusted input: structure-aware mutations of a real file
+    (150, fixed seed) each load and generate, or raise an MTPError; none takes the process down."""
+    paths = _mutations(tiny_paths[model_name], tmp_path, count=150, seed=2026)
+    proc = subprocess.run(
+        [sys.executable, "-c", MUTATION_RUNNER, *paths], capture_output=True, text=True, timeout=300,
+    )
+    lines = proc.stdout.split()
+    assert proc.returncode == 0 and lines[-1] == "done", (
+        f"mutant {lines[-1] if lines else '?'} killed the process (rc={proc.returncode}): {proc.stderr[-1500:]}"
+    )
