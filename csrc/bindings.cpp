@@ -97,6 +97,9 @@ PYBIND11_MODULE(_core, m) {
     m.def("mtp_graph_architectures", &mtp::mtp_graph_architectures,
           "Architectures for which this llama.cpp build has an MTP draft graph.");
 
+    m.def("single_head_mtp_architectures", &mtp::single_head_mtp_architectures,
+          "Architectures whose MTP graph runs exactly one head.");
+
     m.def("json_schema_grammar", &mtp::json_schema_grammar, py::arg("schema_json"),
           "GBNF grammar accepting exactly the JSON documents that match a JSON schema.");
 

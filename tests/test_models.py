@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mtp_llm import MTP, MTP_ARCHITECTURES, InvalidOptionError, Model, TokenEvent
+from mtp_llm import MTP, MTP_ARCHITECTURES, InvalidOptionError, Model, TokenEvent, _core
 from mtp_llm.gguf_hyv3 import read_hy_v3, split_mtp
 from mtp_llm.tiny_models import TINY_CONFIG, tiny_vocab
 
@@ -47,8 +47,9 @@ def test_nextn_tensors_without_mtp_graph_decode_plainly(tiny_paths) -> None:
     assert again == first
 
 
-def _mtp_graph_architectures_in_llama_cpp_source() -> set[str]:
-    """Architectures whose graph builder handles LLM_GRAPH_TYPE_DECODER_MTP, read from the llama.cpp sources."""
+def _mtp_graph_architectures_in_llama_cpp_source(single_head: bool = False) -> set[str]:
+    """Architectures whose graph builder handles LLM_GRAPH_TYPE_DECODER_MTP, read from the llama.cpp
+    sources; with ``single_head``, those whose MTP graph asserts exactly one nextn layer."""
     import os
     import re
     import sys
@@ -65,7 +66,9 @@ def _mtp_graph_architectures_in_llama_cpp_source() -> set[str]:
     classes = set()
     for source in (src / "models").glob("*.cpp"):
         for m in graph_builder.finditer(source.read_text()):
-            if "LLM_GRAPH_TYPE_DECODER_MTP" in m.group(2):
+            if "LLM_GRAPH_TYPE_DECODER_MTP" in m.group(2) and (
+                not single_head or "n_layer_nextn == 1" in source.read_text()
+            ):
                 classes.add(m.group(1))
     model_factory = re.compile(r"((?:case\s+LLM_ARCH_\w+:\s*)+)return new llama_model_(\w+)\(")
     arch_ids = set()
@@ -80,6 +83,9 @@ def test_mtp_architectures_match_llama_cpp_source() -> None:
     found = _mtp_graph_architectures_in_llama_cpp_source()
     assert len(found) >= 10 and "hy_v3" in found and "qwen35" in found
     assert set(MTP_ARCHITECTURES) == found
+    single = _mtp_graph_architectures_in_llama_cpp_source(single_head=True)
+    assert "qwen35" in single and "hy_v3" not in single
+    assert set(_core.single_head_mtp_architectures()) == single
 
 
 @pytest.mark.parametrize("text", ["Hello world", "the theory", "ünïcödé €", "a\nb\tc  d"])
