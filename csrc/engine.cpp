@@ -278,6 +278,21 @@ void check_hparams(const gguf_context * ctx, const std::string & arch, const std
             }
         }
     }
+    // Gated DeltaNet hybrids: the loader sizes value heads by ssm.state_size, the graph by
+    // ssm.inner_size / ssm.time_step_rank, and ggml asserts when they disagree.
+    if (arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next") {
+        const int64_t d_inner = gguf_int_max(ctx, arch + ".ssm.inner_size");
+        const int64_t d_state = gguf_int_max(ctx, arch + ".ssm.state_size");
+        const int64_t v_heads = gguf_int_max(ctx, arch + ".ssm.time_step_rank");
+        const int64_t k_heads = gguf_int_max(ctx, arch + ".ssm.group_count");
+        if (d_inner >= 0 && d_state >= 0 && v_heads >= 0 && d_inner != d_state * v_heads) {
+            bad(arch + ".ssm.inner_size", d_inner,
+                "must equal ssm.state_size x ssm.time_step_rank = " + std::to_string(d_state * v_heads));
+        }
+        if (v_heads >= 0 && k_heads >= 0 && (k_heads == 0 || v_heads % k_heads != 0)) {
+            bad(arch + ".ssm.time_step_rank", v_heads, "must be a multiple of ssm.group_count " + std::to_string(k_heads));
+        }
+    }
     const int64_t scaling = gguf_find_key(ctx, (arch + ".rope.scaling.type").c_str());
     if (scaling >= 0 && gguf_get_kv_type(ctx, scaling) == GGUF_TYPE_STRING) {
         const std::string type = gguf_get_val_str(ctx, scaling);
