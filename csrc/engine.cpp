@@ -260,6 +260,44 @@ void check_hparams(const gguf_context * ctx, const std::string & arch, const std
     } else if (n_groups != 0) {
         bad(arch + ".expert_group_count", n_groups, "must be 0 without experts");
     }
+    // ggml's CPU rope and norm kernels assert on these at the first decode.
+    const int64_t n_head_id = gguf_find_key(ctx, (arch + ".attention.head_count").c_str());
+    const bool scalar_heads = n_head_id >= 0 && gguf_get_kv_type(ctx, n_head_id) != GGUF_TYPE_ARRAY;
+    const int64_t key_length = gguf_int_max(ctx, arch + ".attention.key_length");
+    const int64_t n_head0 = scalar_heads ? gguf_int_max(ctx, arch + ".attention.head_count") : -1;
+    const int64_t n_embd0 = gguf_int_max(ctx, arch + ".embedding_length");
+    const int64_t head_size = key_length >= 0 ? key_length : (n_head0 > 0 && n_embd0 > 0 ? n_embd0 / n_head0 : -1);
+    const int64_t n_rot = gguf_int_max(ctx, arch + ".rope.dimension_count");
+    if (n_rot >= 0 && (n_rot % 2 != 0 || (head_size >= 0 && n_rot > head_size))) {
+        bad(arch + ".rope.dimension_count", n_rot, "must be even and at most the head size " + std::to_string(head_size));
+    }
+    const int64_t sections_id = gguf_find_key(ctx, (arch + ".rope.dimension_sections").c_str());
+    if (sections_id >= 0 && gguf_get_kv_type(ctx, sections_id) == GGUF_TYPE_ARRAY &&
+        gguf_get_arr_type(ctx, sections_id) == GGUF_TYPE_INT32) {
+        const auto * sections = static_cast<const int32_t *>(gguf_get_arr_data(ctx, sections_id));
+        int64_t total = 0;
+        bool negative = false;
+        for (size_t i = 0; i < gguf_get_arr_n(ctx, sections_id); ++i) {
+            total += sections[i];
+            negative = negative || sections[i] < 0;
+        }
+        if (negative || (head_size >= 0 && total > head_size)) {
+            bad(arch + ".rope.dimension_sections (sum)", total,
+                "sections must be non-negative and sum to at most the head size " + std::to_string(head_size));
+        }
+    }
+    for (const char * suffix : {".attention.layer_norm_rms_epsilon", ".attention.layer_norm_epsilon"}) {
+        const int64_t id = gguf_find_key(ctx, (arch + suffix).c_str());
+        if (id >= 0 && gguf_get_kv_type(ctx, id) == GGUF_TYPE_FLOAT32) {
+            const float eps = gguf_get_val_f32(ctx, id);
+            if (!(eps >= 0.0f) || !std::isfinite(eps)) {
+                fail(ErrorKind::ModelLoad, "GGUF file is corrupt or unsupported: " + arch + suffix + " = " +
+                                               std::to_string(eps) + " (must be a finite non-negative number): '" +
+                                               path + "'");
+            }
+        }
+    }
+
     // Graph builders that assert rotary dimension == key head size == value head size
     // (llama.cpp throws this only for llama-like architectures, at load time).
     if (arch == "hy_v3" || arch == "cohere2moe") {

@@ -50,6 +50,9 @@ CASES: dict[str, tuple[str, str, str]] = {
                                        "nextn_predict_layers"),
     "rope dimension unlike head size": ("Model.load(paths['rope-mismatch'])", "ModelLoadError",
                                         "rope.dimension_count"),
+    "rope dimension beyond the head": ("Model.load(paths['rope-too-wide'])", "ModelLoadError", "rope.dimension_count"),
+    "rope sections beyond the head": ("Model.load(paths['sections-too-wide'])", "ModelLoadError", "dimension_sections"),
+    "negative norm epsilon": ("Model.load(paths['negative-eps'])", "ModelLoadError", "layer_norm_rms_epsilon"),
     "hybrid value heads unlike inner size": ("Model.load(paths['ssm-mismatch'])", "ModelLoadError", "ssm.inner_size"),
     "architecture name not UTF-8": ("Model.load(paths['binary-architecture'])", "ModelLoadError", "could not load"),
     "two MTP heads where llama.cpp runs one": ("MTP(Model.load(paths['qwen35-two-heads']), n_threads=1)",
@@ -155,6 +158,11 @@ def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
         "nextn-beyond-blocks": patched_copy(random, out / "nextn.gguf", "hy_v3.nextn_predict_layers", 9),
         "rope-mismatch": patched_copy(random, out / "rope.gguf", "hy_v3.rope.dimension_count", 8),
         "ssm-mismatch": patched_copy(tiny_paths["hybrid"], out / "ssm.gguf", "qwen35.ssm.inner_size", 31),
+        "rope-too-wide": patched_copy(tiny_paths["hybrid"], out / "rope-wide.gguf", "qwen35.rope.dimension_count", 32),
+        "sections-too-wide": patched_copy(
+            tiny_paths["hybrid"], out / "sections.gguf", "qwen35.rope.dimension_sections", 12
+        ),
+        "negative-eps": patched_copy(tiny_paths["hybrid"], out / "eps.gguf", "qwen35.attention.layer_norm_rms_epsilon", -1.0),
         "binary-architecture": patched_copy(random, out / "arch.gguf", "general.architecture", b"\xffy_v3"),
     })
     paths.update({"dir": str(out), "wide-sidecar": str(out / "wide.gguf"), "vocab-sidecar": str(out / "vocab.gguf"),
