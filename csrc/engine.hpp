@@ -20,28 +20,11 @@
 #include "sampling.h"
 #include "speculative.h"
 #include "common.h"
+#include "errors.hpp"
+#include "gguf_checks.hpp"
 
 namespace mtp {
 
-// Error kinds map one-to-one onto the Python MTPError subclasses.
-enum class ErrorKind {
-    ModelLoad,        // path missing/unreadable, not a GGUF, llama.cpp refused it
-    MissingMtpHead,   // no MTP head and no draft model, or loaded with load_mtp=False
-    IncompatibleDraft,// sidecar width / vocabulary does not match the target
-    ContextOverflow,  // prompt + max_tokens beyond n_ctx
-    InvalidPrompt,    // empty prompt, token ids out of range
-    InvalidOption,    // option value out of range
-    Grammar,          // GBNF grammar did not parse
-    Busy,             // a generation is already running on this session
-    Timeout,          // generation exceeded its timeout
-    Cancelled,        // cancel() was called
-    Decode,           // llama.cpp failed while decoding
-};
-
-struct Error : std::runtime_error {
-    ErrorKind kind;
-    Error(ErrorKind k, const std::string & msg) : std::runtime_error(msg), kind(k) {}
-};
 
 // Last llama.cpp log lines, attached to error messages.
 std::string recent_log();
@@ -54,25 +37,9 @@ struct ModelOptions {
     bool use_mlock = false;
 };
 
-// Facts read from the GGUF header before llama.cpp sees the file.
-struct GgufInfo {
-    std::string architecture;
-    int64_t n_embd = 0;
-    int64_t n_vocab = 0;
-    int64_t n_nextn = 0;        // {arch}.nextn_predict_layers
-    int64_t block_count = 0;
-    bool has_trunk = false;      // blk.0.attn_norm.weight present
-    bool has_mtp_tensors = false;// blk.{trunk}.nextn.eh_proj.weight present
-};
 
+// Opens a GGUF's header (metadata only) and checks it; throws Error(ModelLoad).
 GgufInfo inspect_gguf(const std::string & path);
-
-// Architectures whose graph builder in the pinned llama.cpp has an MTP draft
-// graph. Others (glm4, exaone4, ...) may store nextn tensors but cannot draft.
-const std::vector<std::string> & mtp_graph_architectures();
-bool architecture_has_mtp_graph(const std::string & architecture);
-// Of those, the ones whose MTP graph runs exactly one head.
-const std::vector<std::string> & single_head_mtp_architectures();
 
 // GBNF grammar that accepts exactly the JSON documents matching a JSON schema.
 std::string json_schema_grammar(const std::string & schema_json);

@@ -54,6 +54,7 @@ CASES: dict[str, tuple[str, str, str]] = {
     "rope sections beyond the head": ("Model.load(paths['sections-too-wide'])", "ModelLoadError", "dimension_sections"),
     "negative norm epsilon": ("Model.load(paths['negative-eps'])", "ModelLoadError", "layer_norm_rms_epsilon"),
     "hybrid value heads unlike inner size": ("Model.load(paths['ssm-mismatch'])", "ModelLoadError", "ssm.inner_size"),
+    "bias stored as f16": ("Model.load(paths['f16-bias'])", "ModelLoadError", "1-D tensor"),
     "architecture name not UTF-8": ("Model.load(paths['binary-architecture'])", "ModelLoadError", "could not load"),
     "two MTP heads where llama.cpp runs one": ("MTP(Model.load(paths['qwen35-two-heads']), n_threads=1)",
                                                "MissingMTPHeadError", "exactly one"),
@@ -126,6 +127,20 @@ def patched_copy(src: Path, dst: Path, key: str, value: int | bytes) -> str:
     return str(dst)
 
 
+def patched_tensor_type(src: Path, dst: Path, tensor: str, ggml_type: int) -> str:
+    """Copy a GGUF with one tensor's declared type overwritten (its data left as it was)."""
+    import gguf
+    import numpy as np
+
+    reader = gguf.GGUFReader(src)
+    part = next(t for t in reader.tensors if t.name == tensor).field.parts[4]  # name len, name, n_dims, dims, type
+    offset = part.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
+    data = bytearray(src.read_bytes())
+    data[offset : offset + part.nbytes] = np.array([ggml_type], dtype=part.dtype).tobytes()
+    dst.write_bytes(bytes(data))
+    return str(dst)
+
+
 @pytest.fixture(scope="module")
 def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     import dataclasses
@@ -153,6 +168,8 @@ def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     paths = {k: str(v) for k, v in tiny_paths.items()}
     paths.update({
         "repeated-token": str(out / "repeated-token.gguf"),
+        # 4 elements: f16 or f32, the padded size is the same, so only the type changes.
+        "f16-bias": patched_tensor_type(tiny_paths["hybrid"], out / "f16-bias.gguf", "blk.0.ssm_dt.bias", 1),
         "qwen35-two-heads": str(out / "qwen35-two-heads.gguf"),
         "huge-block-count": patched_copy(random, out / "blocks.gguf", "hy_v3.block_count", 100_000),
         "nextn-beyond-blocks": patched_copy(random, out / "nextn.gguf", "hy_v3.nextn_predict_layers", 9),

@@ -1,0 +1,249 @@
+#include "gguf_checks.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <unordered_map>
+
+#include "errors.hpp"
+#include "ggml.h"
+#include "gguf.h"
+#include "llama-hparams.h"  // LLAMA_MAX_LAYERS, LLAMA_MAX_EXPERTS: the loader's asserted bounds
+
+namespace mtp {
+
+namespace {
+
+int64_t gguf_int(const gguf_context * ctx, const std::string & key) {
+    const int64_t id = gguf_find_key(ctx, key.c_str());
+    if (id < 0) {
+        return 0;
+    }
+    switch (gguf_get_kv_type(ctx, id)) {
+        case GGUF_TYPE_UINT8:  return gguf_get_val_u8(ctx, id);
+        case GGUF_TYPE_INT8:   return gguf_get_val_i8(ctx, id);
+        case GGUF_TYPE_UINT16: return gguf_get_val_u16(ctx, id);
+        case GGUF_TYPE_INT16:  return gguf_get_val_i16(ctx, id);
+        case GGUF_TYPE_UINT32: return gguf_get_val_u32(ctx, id);
+        case GGUF_TYPE_INT32:  return gguf_get_val_i32(ctx, id);
+        case GGUF_TYPE_UINT64: return (int64_t) gguf_get_val_u64(ctx, id);
+        case GGUF_TYPE_INT64:  return gguf_get_val_i64(ctx, id);
+        default: return 0;
+    }
+}
+
+}  // namespace
+
+const std::vector<std::string> & mtp_graph_architectures() {
+    // The architectures whose build_arch_graph handles LLM_GRAPH_TYPE_DECODER_MTP
+    // in src/models/*.cpp of the pinned llama.cpp (grep LLM_GRAPH_TYPE_DECODER_MTP).
+    static const std::vector<std::string> archs = {
+        "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "glm5-next",
+        "hy_v3",       "mimo2",      "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35",
+    };
+    return archs;
+}
+
+namespace {
+
+// The largest value of an integer key, or of the elements of an integer array key; -1 when absent
+// or not an integer.
+int64_t gguf_int_max(const gguf_context * ctx, const std::string & key) {
+    const int64_t id = gguf_find_key(ctx, key.c_str());
+    if (id < 0) return -1;
+    if (gguf_get_kv_type(ctx, id) != GGUF_TYPE_ARRAY) return gguf_int(ctx, key);
+    const gguf_type type = gguf_get_arr_type(ctx, id);
+    if (type == GGUF_TYPE_STRING || type == GGUF_TYPE_ARRAY) return -1;
+    const auto * data = static_cast<const uint8_t *>(gguf_get_arr_data(ctx, id));
+    int64_t best = -1;
+    for (size_t i = 0; i < gguf_get_arr_n(ctx, id); ++i) {
+        int64_t v = -1;
+        switch (type) {
+            case GGUF_TYPE_UINT8:  v = ((const uint8_t *) data)[i]; break;
+            case GGUF_TYPE_INT8:   v = ((const int8_t *) data)[i]; break;
+            case GGUF_TYPE_UINT16: v = ((const uint16_t *) data)[i]; break;
+            case GGUF_TYPE_INT16:  v = ((const int16_t *) data)[i]; break;
+            case GGUF_TYPE_UINT32: v = ((const uint32_t *) data)[i]; break;
+            case GGUF_TYPE_INT32:  v = ((const int32_t *) data)[i]; break;
+            case GGUF_TYPE_UINT64: v = (int64_t) ((const uint64_t *) data)[i]; break;
+            case GGUF_TYPE_INT64:  v = ((const int64_t *) data)[i]; break;
+            default: return -1;
+        }
+        best = std::max(best, v);
+    }
+    return best;
+}
+
+// llama.cpp's hyperparameter loader (llama_model_base::load_hparams) asserts on these
+// values instead of throwing, which would abort the process: check them first.
+void check_hparams(const gguf_context * ctx, const std::string & arch, const std::string & path) {
+    auto bad = [&](const std::string & key, int64_t value, const std::string & rule) {
+        fail(ErrorKind::ModelLoad, "GGUF file is corrupt or unsupported: " + key + " = " + std::to_string(value) +
+                                       " (" + rule + "): '" + path + "'");
+    };
+    const int64_t n_layer = gguf_int_max(ctx, arch + ".block_count");
+    if (gguf_find_key(ctx, (arch + ".block_count").c_str()) >= 0 && (n_layer < 1 || n_layer > LLAMA_MAX_LAYERS)) {
+        bad(arch + ".block_count", n_layer, "must be 1.." + std::to_string(LLAMA_MAX_LAYERS));
+    }
+    const int64_t n_nextn = gguf_int_max(ctx, arch + ".nextn_predict_layers");
+    if (n_nextn > n_layer && n_layer >= 1) {
+        bad(arch + ".nextn_predict_layers", n_nextn, "must not exceed block_count " + std::to_string(n_layer));
+    }
+    const int64_t n_expert = std::max<int64_t>(0, gguf_int_max(ctx, arch + ".expert_count"));
+    const int64_t n_used = std::max<int64_t>(0, gguf_int_max(ctx, arch + ".expert_used_count"));
+    const int64_t n_groups = std::max<int64_t>(0, gguf_int_max(ctx, arch + ".expert_group_count"));
+    const int64_t n_group_used = std::max<int64_t>(0, gguf_int_max(ctx, arch + ".expert_group_used_count"));
+    if (n_expert > LLAMA_MAX_EXPERTS) bad(arch + ".expert_count", n_expert, "must be at most " + std::to_string(LLAMA_MAX_EXPERTS));
+    if (n_used > n_expert) bad(arch + ".expert_used_count", n_used, "must not exceed expert_count " + std::to_string(n_expert));
+    if (n_expert > 0) {
+        if (n_used == 0) bad(arch + ".expert_used_count", n_used, "must be positive when expert_count > 0");
+        if (n_groups >= n_expert) bad(arch + ".expert_group_count", n_groups, "must be below expert_count");
+        if (n_groups > 1 && (n_expert % n_groups != 0 || n_group_used == 0 || n_group_used >= n_groups)) {
+            bad(arch + ".expert_group_count", n_groups, "must divide expert_count, with 0 < expert_group_used_count < it");
+        }
+    } else if (n_groups != 0) {
+        bad(arch + ".expert_group_count", n_groups, "must be 0 without experts");
+    }
+    // ggml's CPU rope and norm kernels assert on these at the first decode.
+    const int64_t n_head_id = gguf_find_key(ctx, (arch + ".attention.head_count").c_str());
+    const bool scalar_heads = n_head_id >= 0 && gguf_get_kv_type(ctx, n_head_id) != GGUF_TYPE_ARRAY;
+    const int64_t key_length = gguf_int_max(ctx, arch + ".attention.key_length");
+    const int64_t n_head0 = scalar_heads ? gguf_int_max(ctx, arch + ".attention.head_count") : -1;
+    const int64_t n_embd0 = gguf_int_max(ctx, arch + ".embedding_length");
+    const int64_t head_size = key_length >= 0 ? key_length : (n_head0 > 0 && n_embd0 > 0 ? n_embd0 / n_head0 : -1);
+    const int64_t n_rot = gguf_int_max(ctx, arch + ".rope.dimension_count");
+    if (n_rot >= 0 && (n_rot % 2 != 0 || (head_size >= 0 && n_rot > head_size))) {
+        bad(arch + ".rope.dimension_count", n_rot, "must be even and at most the head size " + std::to_string(head_size));
+    }
+    const int64_t sections_id = gguf_find_key(ctx, (arch + ".rope.dimension_sections").c_str());
+    if (sections_id >= 0 && gguf_get_kv_type(ctx, sections_id) == GGUF_TYPE_ARRAY &&
+        gguf_get_arr_type(ctx, sections_id) == GGUF_TYPE_INT32) {
+        const auto * sections = static_cast<const int32_t *>(gguf_get_arr_data(ctx, sections_id));
+        int64_t total = 0;
+        bool negative = false;
+        for (size_t i = 0; i < gguf_get_arr_n(ctx, sections_id); ++i) {
+            total += sections[i];
+            negative = negative || sections[i] < 0;
+        }
+        if (negative || (head_size >= 0 && total > head_size)) {
+            bad(arch + ".rope.dimension_sections (sum)", total,
+                "sections must be non-negative and sum to at most the head size " + std::to_string(head_size));
+        }
+    }
+    for (const char * suffix : {".attention.layer_norm_rms_epsilon", ".attention.layer_norm_epsilon"}) {
+        const int64_t id = gguf_find_key(ctx, (arch + suffix).c_str());
+        if (id >= 0 && gguf_get_kv_type(ctx, id) == GGUF_TYPE_FLOAT32) {
+            const float eps = gguf_get_val_f32(ctx, id);
+            if (!(eps >= 0.0f) || !std::isfinite(eps)) {
+                fail(ErrorKind::ModelLoad, "GGUF file is corrupt or unsupported: " + arch + suffix + " = " +
+                                               std::to_string(eps) + " (must be a finite non-negative number): '" +
+                                               path + "'");
+            }
+        }
+    }
+
+    // Graph builders that assert rotary dimension == key head size == value head size
+    // (llama.cpp throws this only for llama-like architectures, at load time).
+    if (arch == "hy_v3" || arch == "cohere2moe") {
+        const int64_t n_head = gguf_int_max(ctx, arch + ".attention.head_count");
+        const int64_t n_embd = gguf_int_max(ctx, arch + ".embedding_length");
+        if (n_head > 0 && n_embd > 0) {
+            const int64_t key_len = gguf_int_max(ctx, arch + ".attention.key_length");
+            const int64_t head_k = key_len >= 0 ? key_len : n_embd / n_head;
+            const int64_t rope_dim = gguf_int_max(ctx, arch + ".rope.dimension_count");
+            const int64_t value_len = gguf_int_max(ctx, arch + ".attention.value_length");
+            if (rope_dim >= 0 && rope_dim != head_k) {
+                bad(arch + ".rope.dimension_count", rope_dim, "must equal the head size " + std::to_string(head_k));
+            }
+            if (value_len >= 0 && value_len != head_k) {
+                bad(arch + ".attention.value_length", value_len, "must equal the key head size " + std::to_string(head_k));
+            }
+        }
+    }
+    // Gated DeltaNet hybrids: the loader sizes value heads by ssm.state_size, the graph by
+    // ssm.inner_size / ssm.time_step_rank, and ggml asserts when they disagree.
+    if (arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next") {
+        const int64_t d_inner = gguf_int_max(ctx, arch + ".ssm.inner_size");
+        const int64_t d_state = gguf_int_max(ctx, arch + ".ssm.state_size");
+        const int64_t v_heads = gguf_int_max(ctx, arch + ".ssm.time_step_rank");
+        const int64_t k_heads = gguf_int_max(ctx, arch + ".ssm.group_count");
+        if (d_inner >= 0 && d_state >= 0 && v_heads >= 0 && d_inner != d_state * v_heads) {
+            bad(arch + ".ssm.inner_size", d_inner,
+                "must equal ssm.state_size x ssm.time_step_rank = " + std::to_string(d_state * v_heads));
+        }
+        if (v_heads >= 0 && k_heads >= 0 && (k_heads == 0 || v_heads % k_heads != 0)) {
+            bad(arch + ".ssm.time_step_rank", v_heads, "must be a multiple of ssm.group_count " + std::to_string(k_heads));
+        }
+    }
+    const int64_t scaling = gguf_find_key(ctx, (arch + ".rope.scaling.type").c_str());
+    if (scaling >= 0 && gguf_get_kv_type(ctx, scaling) == GGUF_TYPE_STRING) {
+        const std::string type = gguf_get_val_str(ctx, scaling);
+        if (type != "none" && type != "linear" && type != "yarn" && type != "longrope") {
+            fail(ErrorKind::ModelLoad, "GGUF file is corrupt or unsupported: " + arch + ".rope.scaling.type = '" + type +
+                                           "' (must be none, linear, yarn or longrope): '" + path + "'");
+        }
+    }
+}
+
+}  // namespace
+
+bool architecture_has_mtp_graph(const std::string & architecture) {
+    const auto & archs = mtp_graph_architectures();
+    return std::find(archs.begin(), archs.end(), architecture) != archs.end();
+}
+
+const std::vector<std::string> & single_head_mtp_architectures() {
+    // MTP graphs that assert n_layer_nextn == 1 (grep "n_layer_nextn == 1" src/models/*.cpp).
+    static const std::vector<std::string> archs = {
+        "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa",
+        "glm4moe",     "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next",
+    };
+    return archs;
+}
+
+GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, const std::string & path) {
+    // Converters store every 1-D tensor (norms, biases, scales) as f32, and ggml's CPU
+    // element-wise kernels abort on other types there.
+    for (ggml_tensor * t = ggml_get_first_tensor(meta); t != nullptr; t = ggml_get_next_tensor(meta, t)) {
+        if (ggml_n_dims(t) == 1 && t->type != GGML_TYPE_F32) {
+            fail(ErrorKind::ModelLoad, std::string("GGUF file is corrupt or unsupported: 1-D tensor '") + t->name +
+                                           "' is stored as " + ggml_type_name(t->type) +
+                                           " (norms and biases must be f32; re-convert the model): '" + path + "'");
+        }
+    }
+
+    GgufInfo info;
+    const int64_t arch_id = gguf_find_key(ctx, "general.architecture");
+    if (arch_id < 0 || gguf_get_kv_type(ctx, arch_id) != GGUF_TYPE_STRING) {
+        fail(ErrorKind::ModelLoad, "GGUF file has no general.architecture: '" + path + "'");
+    }
+    info.architecture = gguf_get_val_str(ctx, arch_id);
+    const std::string & a = info.architecture;
+    check_hparams(ctx, a, path);
+    info.n_embd = gguf_int(ctx, a + ".embedding_length");
+    info.n_nextn = gguf_int(ctx, a + ".nextn_predict_layers");
+    info.block_count = gguf_int(ctx, a + ".block_count");
+    const int64_t tok_id = gguf_find_key(ctx, "tokenizer.ggml.tokens");
+    info.n_vocab = tok_id >= 0 ? (int64_t) gguf_get_arr_n(ctx, tok_id) : 0;
+    // llama.cpp's vocabulary loader asserts (aborting the process) when a token string repeats.
+    if (tok_id >= 0 && gguf_get_kv_type(ctx, tok_id) == GGUF_TYPE_ARRAY &&
+        gguf_get_arr_type(ctx, tok_id) == GGUF_TYPE_STRING) {
+        std::unordered_map<std::string_view, int64_t> seen;
+        seen.reserve((size_t) info.n_vocab);
+        for (int64_t i = 0; i < info.n_vocab; ++i) {
+            const auto [it, inserted] = seen.emplace(gguf_get_arr_str(ctx, tok_id, (size_t) i), i);
+            if (!inserted) {
+                fail(ErrorKind::ModelLoad, "GGUF file is corrupt: its vocabulary lists the same token twice (ids " +
+                                               std::to_string(it->second) + " and " + std::to_string(i) + "): '" +
+                                               path + "'");
+            }
+        }
+    }
+    info.has_trunk = gguf_find_tensor(ctx, "blk.0.attn_norm.weight") >= 0;
+    const int64_t first_head = info.block_count - info.n_nextn;
+    const std::string probe = "blk." + std::to_string(first_head) + ".nextn.eh_proj.weight";
+    info.has_mtp_tensors = info.n_nextn > 0 && gguf_find_tensor(ctx, probe.c_str()) >= 0;
+    return info;
+}
+
+}  // namespace mtp
