@@ -147,7 +147,7 @@ class _MTPParams(BaseModel):
     n_threads_batch: int | None = None
     """Prompt/verify threads (None = ``n_threads``)."""
     flash_attn: bool | None = None
-    """Flash attention: None = auto, True/False to force."""
+    """Flash attention: None = auto (off on a CPU-only build, where it is slower), True/False to force."""
     n_gpu_layers: int = 0
     """Layers offloaded to a GPU backend."""
     use_mmap: bool = True

@@ -131,7 +131,9 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     n_batch: int = Field(default=512, gt=0, description="Maximum tokens per decode call.")
     n_threads: int | None = Field(default=None, gt=0, description="Decode threads (None = all cores).")
     n_threads_batch: int | None = Field(default=None, gt=0, description="Prompt threads (None = n_threads).")
-    flash_attn: bool | None = Field(default=None, description="None = auto.")
+    flash_attn: bool | None = Field(
+        default=None, description="None = auto (off on a CPU-only build, where it is slower); True/False to force."
+    )
     n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
     chat_template: str | None = Field(default=None, description="Jinja chat template overriding the GGUF's.")
 

@@ -260,7 +260,7 @@ def _mutations(src: Path, out: Path, count: int, seed: int) -> list[str]:
     return paths
 
 
-@pytest.mark.parametrize("model_name", ["random", "hybrid"])
+@pytest.mark.parametrize("model_name", ["random", "hybrid", "glm4-nextn"])
 def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
     """Loading a GGUF is loading untrusted input: structure-aware mutations of a real file
     (150, fixed seed) each load and generate, or raise an MTPError; none takes the process down."""
