@@ -222,51 +222,15 @@ MUTATION_RUNNER = textwrap.dedent(
 )
 
 
-def _mutations(src: Path, out: Path, count: int, seed: int) -> list[str]:
-    """Copies of ``src`` with one to three metadata values or tensor-info fields
-    (dimensions, types, offsets) overwritten by edge values: 0, 1, maxima, NaN, random bytes."""
-    import random
-
-    import gguf
-    import numpy as np
-
-    reader = gguf.GGUFReader(src)
-    base = reader.data.__array_interface__["data"][0]
-    parts = [f.parts[i] for f in reader.fields.values() for i in f.data]
-    parts += [p for t in reader.tensors for p in t.field.parts[2:]]
-    targets = [(p.__array_interface__["data"][0] - base, p.nbytes, p.dtype) for p in parts if p.nbytes]
-    rng = random.Random(seed)
-    original = src.read_bytes()
-    paths = []
-    for n in range(count):
-        data = bytearray(original)
-        for _ in range(rng.choice([1, 1, 2, 3])):
-            offset, nbytes, dtype = rng.choice(targets)
-            if dtype.kind in "uif" and nbytes > dtype.itemsize:  # one element of an array
-                offset += rng.randrange(nbytes // dtype.itemsize) * dtype.itemsize
-                nbytes = dtype.itemsize
-            if dtype.kind in "ui":
-                info = np.iinfo(dtype)
-                value = rng.choice([0, 1, 2, 3, 8, 255, 4096, info.max, info.max - 1, info.min, info.max // 2 + 1])
-                raw = np.array([min(max(value, info.min), info.max)], dtype=dtype).tobytes()
-            elif dtype.kind == "f":
-                raw = np.array([rng.choice([0.0, -1.0, float("nan"), float("inf"), 1e30])], dtype=dtype).tobytes()
-            else:
-                raw = bytes(rng.randrange(256) for _ in range(nbytes))
-            data[offset : offset + nbytes] = raw[:nbytes]
-        path = out / f"mutant-{n}.gguf"
-        path.write_bytes(bytes(data))
-        paths.append(str(path))
-    return paths
-
-
 @pytest.mark.parametrize("model_name", ["random", "hybrid", "glm4-nextn"])
 def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
     """Loading a GGUF is loading untrusted input: structure-aware mutations of a real file
     (150, fixed seed) each load and generate, or raise an MTPError; none takes the process down."""
-    paths = _mutations(tiny_paths[model_name], tmp_path, count=150, seed=2026)
+    from mtp_llm.gguf_fuzz import mutate_gguf
+
+    paths = mutate_gguf(tiny_paths[model_name], tmp_path, count=150, seed=2026)
     proc = subprocess.run(
-        [sys.executable, "-c", MUTATION_RUNNER, *paths], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", MUTATION_RUNNER, *map(str, paths)], capture_output=True, text=True, timeout=300,
     )
     lines = proc.stdout.split()
     assert proc.returncode == 0 and lines[-1] == "done", (

@@ -1,0 +1,54 @@
+"""Structure-aware mutations of GGUF files, for proving that loading untrusted files never
+takes the process down (tests/test_errors.py, tools/fuzz_gguf.py).
+
+Each mutant is a copy of a real file with one to three metadata values or tensor-info
+fields (dimensions, types, offsets) overwritten in place by edge values: 0, 1, small
+sizes, type maxima and minima, NaN and infinities, or random bytes inside strings.
+The file stays parseable often enough to reach llama.cpp's loader and graph builders,
+which is where its asserts live.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+
+
+def mutate_gguf(src: str | Path, out_dir: str | Path, count: int, seed: int) -> list[Path]:
+    """Write ``count`` mutants of ``src`` into ``out_dir`` (deterministic for a ``seed``)."""
+    import gguf
+
+    src, out_dir = Path(src), Path(out_dir)
+    reader = gguf.GGUFReader(src)
+    base = reader.data.__array_interface__["data"][0]
+    parts = [f.parts[i] for f in reader.fields.values() for i in f.data]
+    parts += [p for t in reader.tensors for p in t.field.parts[2:]]  # n_dims, dims, type, offset
+    targets = [(p.__array_interface__["data"][0] - base, p.nbytes, p.dtype) for p in parts if p.nbytes]
+    rng = random.Random(seed)
+    original = src.read_bytes()
+    paths = []
+    for n in range(count):
+        data = bytearray(original)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            offset, nbytes, dtype = rng.choice(targets)
+            if dtype.kind in "uif" and nbytes > dtype.itemsize:  # one element of an array
+                offset += rng.randrange(nbytes // dtype.itemsize) * dtype.itemsize
+                nbytes = dtype.itemsize
+            data[offset : offset + nbytes] = _edge_value(rng, dtype, nbytes)
+        path = out_dir / f"{src.stem}-mutant-{seed}-{n}.gguf"
+        path.write_bytes(bytes(data))
+        paths.append(path)
+    return paths
+
+
+def _edge_value(rng: random.Random, dtype: np.dtype, nbytes: int) -> bytes:
+    if dtype.kind in "ui":
+        info = np.iinfo(dtype)
+        edge = rng.choice([0, 1, 2, 3, 8, 255, 4096, info.max, info.max - 1, info.min, info.max // 2 + 1])
+        return np.array([min(max(edge, info.min), info.max)], dtype=dtype).tobytes()[:nbytes]
+    if dtype.kind == "f":
+        real = rng.choice([0.0, -1.0, float("nan"), float("inf"), 1e30])
+        return np.array([real], dtype=dtype).tobytes()[:nbytes]
+    return bytes(rng.randrange(256) for _ in range(nbytes))
