@@ -165,11 +165,11 @@ std::string recent_log() {
 
 void set_log_echo(bool echo) { g_log_echo.store(echo); }
 
-
 namespace {
 
-// Without this check llama.cpp builds the plain decoder graph for the MTP
-// context of such a model and fails (or worse) deep inside graph reservation.
+// The head's architecture must have an MTP graph in llama.cpp (without one, llama.cpp
+// builds the plain decoder graph for the MTP context and fails deep inside graph
+// reservation), and single-head MTP graphs assert on files with more heads.
 void require_mtp_graph(const Model & head) {
     if (head.has_mtp_graph()) {
         const auto & single = single_head_mtp_architectures();
