@@ -7,8 +7,9 @@ This script is the measurement behind that default:
 
     .venv/bin/python benchmarks/flash_attention.py [--tokens 128,512] [--n-draft 0,2] [--threads 2] [--reps 3]
 
-Every repetition runs each (tokens, n_draft, flash_attn) configuration once over the
-held-out prompts, interleaved, so machine noise hits all of them alike. Medians of the
+For each generation length, every repetition (after one warm-up) runs each
+(n_draft, flash_attn) configuration once over the held-out prompts, interleaved, so
+machine noise hits on and off alike. Medians of the
 decode tokens/s go to a table (stdout and ``benchmarks/results/flash_attention.md``).
 """
 
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 from pathlib import Path
 
 from mtp_llm import MTP, Model
+from mtp_llm.bench import load_prompts, median_span, run_interleaved, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,25 +36,18 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
 
-    prompts = json.loads((ROOT / "benchmarks" / "prompts" / "heldout.json").read_text())["prompts"][: args.prompts]
+    prompts = load_prompts(str(ROOT / "benchmarks" / "prompts" / "heldout.json"))[: args.prompts]
     lengths = [int(x) for x in args.tokens.split(",")]
     drafts = [int(x) for x in args.n_draft.split(",")]
     model = Model.load_default()
-    configs = list(itertools.product(lengths, drafts, (True, False)))
-    sessions = {
-        (tokens, k, fa): MTP(model, n_draft=k, n_ctx=max(lengths) + 512, n_threads=args.threads, flash_attn=fa)
-        for tokens, k, fa in configs
-    }
-    for session in sessions.values():  # warm-up
-        session.generate(prompts[0], max_tokens=16, temp=0)
-    speeds: dict[tuple[int, int, bool], list[float]] = {c: [] for c in configs}
-    for _ in range(args.reps):
-        for config in configs:
-            session = sessions[config]
-            session.reset_stats()
-            for prompt in prompts:
-                session.generate(prompt, max_tokens=config[0], temp=0)
-            speeds[config].append(session.stats().tokens_per_sec)
+    speeds: dict[tuple[int, int, bool], list[float]] = {}
+    for tokens in lengths:  # one interleaved round per generation length
+        sessions = {
+            (tokens, k, fa): MTP(model, n_draft=k, n_ctx=max(lengths) + 512, n_threads=args.threads, flash_attn=fa)
+            for k, fa in itertools.product(drafts, (True, False))
+        }
+        for key, runs in run_interleaved(sessions, prompts, tokens, args.reps).items():
+            speeds[key] = [s.tokens_per_sec for s in runs]
 
     lines = [
         f"Default model, {len(prompts)} held-out prompts, threads={args.threads}, {args.reps} interleaved reps; "
@@ -65,16 +59,9 @@ def main() -> int:
     for tokens, k in itertools.product(lengths, drafts):
         on, off = speeds[(tokens, k, True)], speeds[(tokens, k, False)]
         name = "plain" if k == 0 else f"mtp n_draft={k}"
-        lines.append(
-            f"| {tokens} | {name} | {statistics.median(on):.0f} ({min(on):.0f}-{max(on):.0f}) "
-            f"| {statistics.median(off):.0f} ({min(off):.0f}-{max(off):.0f}) "
-            f"| {statistics.median(off) / statistics.median(on):.2f} |"
-        )
-    table = "\n".join(lines)
-    print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "flash_attention.md").write_text(table + "\n")
+        ratio = statistics.median(off) / statistics.median(on)
+        lines.append(f"| {tokens} | {name} | {median_span(on)} | {median_span(off)} | {ratio:.2f} |")
+    write_table("\n".join(lines), args.out, "flash_attention.md")
     return 0
 
 

@@ -7,8 +7,8 @@ the batch is differs by format. This measures it:
     .venv/bin/python benchmarks/weight_formats.py [--formats f16,q8_0] [--n-draft 0,1,2,3] [--threads 2] [--reps 3]
 
 The variants are written from the shipped f16 file into a temporary directory (f32 and bf16
-hold the same values; q8_0 rounds them). Every repetition runs each (format, n_draft)
-configuration once over the held-out prompts, interleaved. The table (stdout and
+hold the same values; q8_0 rounds them). Every repetition (after one warm-up) runs each
+(format, n_draft) configuration once over the held-out prompts, interleaved. The table (stdout and
 ``benchmarks/results/weight_formats.md``) gives median decode tokens/s, the ratio to plain
 decoding of the same format, acceptance, and the verify and draft time per iteration.
 """
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import tempfile
 from pathlib import Path
 
 from mtp_llm import MTP, Model
+from mtp_llm.bench import load_prompts, median_span, run_interleaved, write_table
 from mtp_llm.default_model import default_model_path
 from mtp_llm.gguf_hyv3 import read_hy_v3, write_hy_v3
 
@@ -39,7 +39,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
 
-    prompts = json.loads((ROOT / "benchmarks" / "prompts" / "heldout.json").read_text())["prompts"]
+    prompts = load_prompts(str(ROOT / "benchmarks" / "prompts" / "heldout.json"))
     formats = args.formats.split(",")
     drafts = sorted({0, *(int(x) for x in args.n_draft.split(","))})
     config, tensors, vocab, template = read_hy_v3(default_model_path())
@@ -49,23 +49,11 @@ def main() -> int:
             path = Path(tmp) / f"default-{fmt}.gguf"
             write_hy_v3(path, config, tensors, vocab, file_type=fmt, chat_template=template)  # type: ignore[arg-type]
             models[fmt] = Model.load(path)
-        configs = list(itertools.product(formats, drafts))
         sessions = {
             (fmt, k): MTP(models[fmt], n_draft=k, n_ctx=args.tokens + 512, n_threads=args.threads)
-            for fmt, k in configs
+            for fmt, k in itertools.product(formats, drafts)
         }
-        for session in sessions.values():  # warm-up
-            session.generate(prompts[0], max_tokens=16, temp=0)
-        speeds: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
-        last = {}
-        for _ in range(args.reps):
-            for config_key in configs:
-                session = sessions[config_key]
-                session.reset_stats()
-                for prompt in prompts:
-                    session.generate(prompt, max_tokens=args.tokens, temp=0)
-                last[config_key] = session.stats()
-                speeds[config_key].append(last[config_key].tokens_per_sec)
+        runs = run_interleaved(sessions, prompts, args.tokens, args.reps)
 
     lines = [
         f"Default model, {len(prompts)} held-out prompts x {args.tokens} tokens, threads={args.threads}, "
@@ -75,21 +63,17 @@ def main() -> int:
         "| verify ms / iteration | draft ms / iteration |",
         "|---|---|---|---|---|---|---|",
     ]
-    for fmt, k in configs:
-        values, stats = speeds[(fmt, k)], last[(fmt, k)]
-        plain = statistics.median(speeds[(fmt, 0)])
+    for (fmt, k), stats_per_rep in runs.items():
+        values = [s.tokens_per_sec for s in stats_per_rep]
+        stats = stats_per_rep[-1]
+        plain = statistics.median(s.tokens_per_sec for s in runs[(fmt, 0)])
         iters = max(1, stats.iters)
         lines.append(
-            f"| {fmt} | {'plain' if k == 0 else f'mtp n_draft={k}'} "
-            f"| {statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f}) "
+            f"| {fmt} | {'plain' if k == 0 else f'mtp n_draft={k}'} | {median_span(values)} "
             f"| {statistics.median(values) / plain:.2f} | {stats.acceptance_rate:.3f} "
             f"| {stats.timing_us.verify / iters / 1000:.2f} | {stats.timing_us.draft / iters / 1000:.2f} |"
         )
-    table = "\n".join(lines)
-    print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "weight_formats.md").write_text(table + "\n")
+    write_table("\n".join(lines), args.out, "weight_formats.md")
     return 0
 
 

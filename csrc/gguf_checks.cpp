@@ -144,20 +144,13 @@ void check_hparams(const gguf_context * ctx, const std::string & arch, const std
 
     // Graph builders that assert rotary dimension == key head size == value head size
     // (llama.cpp throws this only for llama-like architectures, at load time).
-    if (arch == "hy_v3" || arch == "cohere2moe") {
-        const int64_t n_head = gguf_int_max(ctx, arch + ".attention.head_count");
-        const int64_t n_embd = gguf_int_max(ctx, arch + ".embedding_length");
-        if (n_head > 0 && n_embd > 0) {
-            const int64_t key_len = gguf_int_max(ctx, arch + ".attention.key_length");
-            const int64_t head_k = key_len >= 0 ? key_len : n_embd / n_head;
-            const int64_t rope_dim = gguf_int_max(ctx, arch + ".rope.dimension_count");
-            const int64_t value_len = gguf_int_max(ctx, arch + ".attention.value_length");
-            if (rope_dim >= 0 && rope_dim != head_k) {
-                bad(arch + ".rope.dimension_count", rope_dim, "must equal the head size " + std::to_string(head_k));
-            }
-            if (value_len >= 0 && value_len != head_k) {
-                bad(arch + ".attention.value_length", value_len, "must equal the key head size " + std::to_string(head_k));
-            }
+    if ((arch == "hy_v3" || arch == "cohere2moe") && head_size >= 0) {
+        const int64_t value_len = gguf_int_max(ctx, arch + ".attention.value_length");
+        if (n_rot >= 0 && n_rot != head_size) {
+            bad(arch + ".rope.dimension_count", n_rot, "must equal the head size " + std::to_string(head_size));
+        }
+        if (value_len >= 0 && value_len != head_size) {
+            bad(arch + ".attention.value_length", value_len, "must equal the key head size " + std::to_string(head_size));
         }
     }
     // Gated DeltaNet hybrids: the loader sizes value heads by ssm.state_size, the graph by

@@ -17,6 +17,7 @@ import json
 import resource
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -341,6 +342,37 @@ def run_wrappers(
     ]
 
 
+def run_interleaved(
+    sessions: Mapping[Any, Any], prompts: Sequence[str], tokens: int, reps: int, warmup: int = 1
+) -> dict[Any, list[Any]]:
+    """Each repetition generates ``tokens`` tokens greedily for every prompt on every
+    session in turn, so machine noise hits them alike; returns each session's
+    ``MTPStats`` per measured repetition (after ``warmup`` unmeasured ones)."""
+    results: dict[Any, list[Any]] = {key: [] for key in sessions}
+    for rep in range(warmup + reps):
+        for key, session in sessions.items():
+            session.reset_stats()
+            for prompt in prompts:
+                session.generate(prompt, max_tokens=tokens, temp=0)
+            if rep >= warmup:
+                results[key].append(session.stats())
+    return results
+
+
+def median_span(values: Sequence[float]) -> str:
+    """``median (min-max)`` of tokens/s figures, as the tables print them."""
+    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+
+
+def write_table(table: str, out_dir: str | Path, name: str) -> Path:
+    """Print a markdown table and write it to ``out_dir/name``."""
+    print(table)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(table + "\n")
+    return out / name
+
+
 def load_prompts(path: str) -> list[str]:
     """Prompts from a text file (one per line) or a JSON file (a list, or {"prompts": [...]})."""
     text = Path(path).read_text()
@@ -364,7 +396,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     (out / "bench.md").write_text(table + "\n")
-    png = plot(rows, out / "bench.png", f"{Path(meta['model']).name}, {meta['tokens']} tokens, threads={meta['threads']}, flash_attn={meta['flash_attn']}")
+    title = (
+        f"{Path(meta['model']).name}, {meta['tokens']} tokens, threads={meta['threads']}, "
+        f"flash_attn={meta['flash_attn']}"
+    )
+    png = plot(rows, out / "bench.png", title)
     print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {png}" if png else ""))
     if args.wrappers:
         k = max(n_drafts) if n_drafts else 3

@@ -12,8 +12,44 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+
+def _file_offset(reader: Any, part: np.ndarray) -> int:
+    """Where a ``gguf.GGUFReader`` field part (a view of the memory-mapped file) starts in the file."""
+    return int(part.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0])
+
+
+def _write_patched(src: Path, dst: Path, offset: int, raw: bytes) -> Path:
+    data = bytearray(src.read_bytes())
+    data[offset : offset + len(raw)] = raw
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def overwrite_field(src: str | Path, dst: str | Path, key: str, value: int | float | bytes) -> Path:
+    """Copy a GGUF with one metadata value overwritten in place: a number of the same
+    type, or the bytes of a string of the same length (the first element of an array)."""
+    import gguf
+
+    reader = gguf.GGUFReader(src)
+    part = reader.fields[key].parts[reader.fields[key].data[0]]
+    raw = value if isinstance(value, bytes) else np.array([value], dtype=part.dtype).tobytes()
+    if len(raw) != part.nbytes:
+        raise ValueError(f"{key}: {len(raw)} bytes given, the field holds {part.nbytes}")
+    return _write_patched(Path(src), Path(dst), _file_offset(reader, part), raw)
+
+
+def overwrite_tensor_type(src: str | Path, dst: str | Path, tensor: str, ggml_type: int) -> Path:
+    """Copy a GGUF with one tensor's declared type overwritten (its data left as it was)."""
+    import gguf
+
+    reader = gguf.GGUFReader(src)
+    part = next(t for t in reader.tensors if t.name == tensor).field.parts[4]  # name len, name, n_dims, dims, type
+    raw = np.array([ggml_type], dtype=part.dtype).tobytes()
+    return _write_patched(Path(src), Path(dst), _file_offset(reader, part), raw)
 
 
 def mutate_gguf(src: str | Path, out_dir: str | Path, count: int, seed: int) -> list[Path]:
@@ -22,10 +58,9 @@ def mutate_gguf(src: str | Path, out_dir: str | Path, count: int, seed: int) -> 
 
     src, out_dir = Path(src), Path(out_dir)
     reader = gguf.GGUFReader(src)
-    base = reader.data.__array_interface__["data"][0]
     parts = [f.parts[i] for f in reader.fields.values() for i in f.data]
     parts += [p for t in reader.tensors for p in t.field.parts[2:]]  # n_dims, dims, type, offset
-    targets = [(p.__array_interface__["data"][0] - base, p.nbytes, p.dtype) for p in parts if p.nbytes]
+    targets = [(_file_offset(reader, p), p.nbytes, p.dtype) for p in parts if p.nbytes]
     rng = random.Random(seed)
     original = src.read_bytes()
     paths = []

@@ -110,41 +110,11 @@ RUNNER = textwrap.dedent(
 )
 
 
-def patched_copy(src: Path, dst: Path, key: str, value: int | bytes) -> str:
-    """Copy a GGUF with one metadata value overwritten in place: an integer of the same
-    type, or the bytes of a string of the same length."""
-    import gguf
-    import numpy as np
-
-    reader = gguf.GGUFReader(src)
-    part = reader.fields[key].parts[reader.fields[key].data[0]]
-    offset = part.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
-    raw = value if isinstance(value, bytes) else np.array([value], dtype=part.dtype).tobytes()
-    assert len(raw) == part.nbytes, (key, len(raw), part.nbytes)
-    data = bytearray(src.read_bytes())
-    data[offset : offset + part.nbytes] = raw
-    dst.write_bytes(bytes(data))
-    return str(dst)
-
-
-def patched_tensor_type(src: Path, dst: Path, tensor: str, ggml_type: int) -> str:
-    """Copy a GGUF with one tensor's declared type overwritten (its data left as it was)."""
-    import gguf
-    import numpy as np
-
-    reader = gguf.GGUFReader(src)
-    part = next(t for t in reader.tensors if t.name == tensor).field.parts[4]  # name len, name, n_dims, dims, type
-    offset = part.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
-    data = bytearray(src.read_bytes())
-    data[offset : offset + part.nbytes] = np.array([ggml_type], dtype=part.dtype).tobytes()
-    dst.write_bytes(bytes(data))
-    return str(dst)
-
-
 @pytest.fixture(scope="module")
 def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     import dataclasses
 
+    from mtp_llm.gguf_fuzz import overwrite_field, overwrite_tensor_type
     from mtp_llm.gguf_glm4 import write_glm4
     from mtp_llm.gguf_qwen35 import Qwen35Config, random_qwen35_tensors, write_qwen35_tensors
     from mtp_llm.gguf_hyv3 import read_hy_v3, write_hy_v3
@@ -169,22 +139,22 @@ def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     paths.update({
         "repeated-token": str(out / "repeated-token.gguf"),
         # 4 elements: f16 or f32, the padded size is the same, so only the type changes.
-        "f16-bias": patched_tensor_type(tiny_paths["hybrid"], out / "f16-bias.gguf", "blk.0.ssm_dt.bias", 1),
+        "f16-bias": overwrite_tensor_type(tiny_paths["hybrid"], out / "f16-bias.gguf", "blk.0.ssm_dt.bias", 1),
         "qwen35-two-heads": str(out / "qwen35-two-heads.gguf"),
-        "huge-block-count": patched_copy(random, out / "blocks.gguf", "hy_v3.block_count", 100_000),
-        "nextn-beyond-blocks": patched_copy(random, out / "nextn.gguf", "hy_v3.nextn_predict_layers", 9),
-        "rope-mismatch": patched_copy(random, out / "rope.gguf", "hy_v3.rope.dimension_count", 8),
-        "ssm-mismatch": patched_copy(tiny_paths["hybrid"], out / "ssm.gguf", "qwen35.ssm.inner_size", 31),
-        "rope-too-wide": patched_copy(tiny_paths["hybrid"], out / "rope-wide.gguf", "qwen35.rope.dimension_count", 32),
-        "sections-too-wide": patched_copy(
+        "huge-block-count": overwrite_field(random, out / "blocks.gguf", "hy_v3.block_count", 100_000),
+        "nextn-beyond-blocks": overwrite_field(random, out / "nextn.gguf", "hy_v3.nextn_predict_layers", 9),
+        "rope-mismatch": overwrite_field(random, out / "rope.gguf", "hy_v3.rope.dimension_count", 8),
+        "ssm-mismatch": overwrite_field(tiny_paths["hybrid"], out / "ssm.gguf", "qwen35.ssm.inner_size", 31),
+        "rope-too-wide": overwrite_field(tiny_paths["hybrid"], out / "rope-wide.gguf", "qwen35.rope.dimension_count", 32),
+        "sections-too-wide": overwrite_field(
             tiny_paths["hybrid"], out / "sections.gguf", "qwen35.rope.dimension_sections", 12
         ),
-        "negative-eps": patched_copy(tiny_paths["hybrid"], out / "eps.gguf", "qwen35.attention.layer_norm_rms_epsilon", -1.0),
-        "binary-architecture": patched_copy(random, out / "arch.gguf", "general.architecture", b"\xffy_v3"),
+        "negative-eps": overwrite_field(tiny_paths["hybrid"], out / "eps.gguf", "qwen35.attention.layer_norm_rms_epsilon", -1.0),
+        "binary-architecture": overwrite_field(random, out / "arch.gguf", "general.architecture", b"\xffy_v3"),
     })
     paths.update({"dir": str(out), "wide-sidecar": str(out / "wide.gguf"), "vocab-sidecar": str(out / "vocab.gguf"),
                   "glm4-plain": str(out / "glm4-plain.gguf")})
-    return paths
+    return {name: str(path) for name, path in paths.items()}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -47,7 +47,9 @@ def _params() -> dict[str, Any]:
     return {"model_path": str(path), "n_threads": THREADS, "n_ctx": 2048, "seed": 1}
 
 
-class TestChatMTPUnit(ChatModelUnitTests):
+class _ChatMTPUnderTest:
+    """What both standard suites are told about ChatMTP."""
+
     @property
     def chat_model_class(self) -> type[ChatMTP]:
         return ChatMTP
@@ -61,19 +63,11 @@ class TestChatMTPUnit(ChatModelUnitTests):
         return True
 
 
-class TestChatMTPIntegration(ChatModelIntegrationTests):
-    @property
-    def chat_model_class(self) -> type[ChatMTP]:
-        return ChatMTP
+class TestChatMTPUnit(_ChatMTPUnderTest, ChatModelUnitTests):
+    pass
 
-    @property
-    def chat_model_params(self) -> dict[str, Any]:
-        return _params()
 
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
+class TestChatMTPIntegration(_ChatMTPUnderTest, ChatModelIntegrationTests):
     @property
     def tool_choice_value(self) -> str | None:
         # The tiny test model cannot decide by itself when to call a tool.
