@@ -271,19 +271,6 @@ class _MTPParams(BaseModel):
         return {k: v for k, v in params.items() if v is not None}
 
 
-def _translate(event: Event) -> tuple[str, Any]:
-    """One engine event as ``(kind, value)``: ``("token", TokenEvent)``, ``("stats",
-    MTPStats)``, ``("done", DoneEvent)`` or ``("skip", None)``. Shared by every path."""
-    kind = type(event)
-    if kind is TokenEvent:
-        return "token", event
-    if kind is StatsEvent:
-        return "stats", event.stats  # type: ignore[union-attr]
-    if kind is DoneEvent:
-        return "done", event
-    return "skip", None
-
-
 def _custom_event_data(stats: MTPStats, final: bool) -> dict[str, Any]:
     return {"stats": stats_payload(stats), "final": final}
 
@@ -421,21 +408,22 @@ def _drive(
     target: Targeter,
     token_callback: CallbackManagerForLLMRun | None,
 ) -> Iterator[Any]:
-    """The sync path: engine events -> chunks, token callbacks, stats reports."""
+    """The sync path: engine events -> chunks, token callbacks, stats reports
+    (dispatch on the exact event type: the per-token branch comes first)."""
     for event in events:
-        kind, value = _translate(event)
-        if kind == "token":
-            chunk = chunker.token(value)
+        kind = type(event)
+        if kind is TokenEvent:
+            chunk = chunker.token(event)  # type: ignore[arg-type]
             if chunker.first is None:
                 chunker.first = chunk
             if token_callback is not None:
                 token_callback.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
-        elif kind == "stats":
-            _report(target(), value, final=False)
-        elif kind == "done":
-            _report(target(), value.stats, final=True)
-            yield chunker.done(value)
+        elif kind is StatsEvent:
+            _report(target(), event.stats, final=False)  # type: ignore[union-attr]
+        elif kind is DoneEvent:
+            _report(target(), event.stats, final=True)  # type: ignore[union-attr]
+            yield chunker.done(event)  # type: ignore[arg-type]
 
 
 async def _adrive(
@@ -446,19 +434,19 @@ async def _adrive(
 ) -> AsyncIterator[Any]:
     """The async path: the same translation as :func:`_drive` over ``MTP.astream_events``."""
     async for event in events:
-        kind, value = _translate(event)
-        if kind == "token":
-            chunk = chunker.token(value)
+        kind = type(event)
+        if kind is TokenEvent:
+            chunk = chunker.token(event)  # type: ignore[arg-type]
             if chunker.first is None:
                 chunker.first = chunk
             if token_callback is not None:
                 await token_callback.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
-        elif kind == "stats":
-            await _areport(target(), value, final=False)
-        elif kind == "done":
-            await _areport(target(), value.stats, final=True)
-            yield chunker.done(value)
+        elif kind is StatsEvent:
+            await _areport(target(), event.stats, final=False)  # type: ignore[union-attr]
+        elif kind is DoneEvent:
+            await _areport(target(), event.stats, final=True)  # type: ignore[union-attr]
+            yield chunker.done(event)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ MTPLLM --
