@@ -56,7 +56,7 @@ def main() -> int:
     path = args.model
     if path is None:
         from mtp_llm.default_model import cache_dir
-        from mtp_llm.tiny_models import make_tiny_models
+        from mtp_llm.gguf.tiny_models import make_tiny_models
 
         path = str(make_tiny_models(cache_dir() / "tiny-models")["random"])
     result = soak(path, args.iterations, args.warmup)

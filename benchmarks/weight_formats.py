@@ -24,7 +24,7 @@ from pathlib import Path
 from mtp_llm import MTP, Model
 from mtp_llm.bench import load_prompts, median_span, run_interleaved, write_table
 from mtp_llm.default_model import default_model_path
-from mtp_llm.gguf_hyv3 import read_hy_v3, write_hy_v3
+from mtp_llm.gguf.hyv3 import read_hy_v3, write_hy_v3
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -78,7 +78,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_make_test_models(args: argparse.Namespace) -> int:
-    from .tiny_models import make_tiny_models
+    from .gguf.tiny_models import make_tiny_models
 
     for name, path in make_tiny_models(args.out_dir).items():
         print(f"{name}: {path}")
@@ -86,7 +86,7 @@ def cmd_make_test_models(args: argparse.Namespace) -> int:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    from .gguf_hyv3 import split_mtp
+    from .gguf.hyv3 import split_mtp
 
     trunk, sidecar = split_mtp(args.model, args.out_dir)
     print(f"trunk: {trunk}\nsidecar: {sidecar}")

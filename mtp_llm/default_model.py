@@ -27,14 +27,14 @@ def default_model_path() -> Path:
     shipped = MODELS_DIR / DEFAULT_MODEL_NAME
     if shipped.exists():
         return shipped
-    from .tiny_models import make_tiny_models
+    from .gguf.tiny_models import make_tiny_models
 
     return make_tiny_models(cache_dir() / "tiny-models")["random"]
 
 
 def default_split_paths() -> tuple[Path, Path]:
     """The default model as trunk-only target plus ``mtp-`` sidecar (made on first use)."""
-    from .gguf_hyv3 import split_mtp
+    from .gguf.hyv3 import split_mtp
 
     embedded = default_model_path()
     out = cache_dir() / "split" / f"{embedded.stem}-{embedded.stat().st_size}"

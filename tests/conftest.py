@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mtp_llm import MTP, Model
-from mtp_llm.tiny_models import make_tiny_models
+from mtp_llm.gguf.tiny_models import make_tiny_models
 
 MODELS_DIR = Path(__file__).parent / ".models"
 

@@ -114,11 +114,12 @@ RUNNER = textwrap.dedent(
 def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     import dataclasses
 
-    from mtp_llm.gguf_fuzz import overwrite_field, overwrite_tensor_type
-    from mtp_llm.gguf_glm4 import write_glm4
-    from mtp_llm.gguf_qwen35 import Qwen35Config, random_qwen35_tensors, write_qwen35_tensors
-    from mtp_llm.gguf_hyv3 import read_hy_v3, write_hy_v3
-    from mtp_llm.tiny_models import _random_tensors, tiny_vocab
+    from mtp_llm.gguf.common import tiny_vocab
+    from mtp_llm.gguf.fuzz import overwrite_field, overwrite_tensor_type
+    from mtp_llm.gguf.glm4 import write_glm4
+    from mtp_llm.gguf.hyv3 import read_hy_v3, write_hy_v3
+    from mtp_llm.gguf.qwen35 import Qwen35Config, random_qwen35_tensors, write_qwen35_tensors
+    from mtp_llm.gguf.tiny_models import _random_tensors
 
     out = tmp_path_factory.mktemp("bad")
     config, _, vocab, _ = read_hy_v3(tiny_paths["random"])
@@ -196,7 +197,7 @@ MUTATION_RUNNER = textwrap.dedent(
 def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
     """Loading a GGUF is loading untrusted input: structure-aware mutations of a real file
     (150, fixed seed) each load and generate, or raise an MTPError; none takes the process down."""
-    from mtp_llm.gguf_fuzz import mutate_gguf
+    from mtp_llm.gguf.fuzz import mutate_gguf
 
     paths = mutate_gguf(tiny_paths[model_name], tmp_path, count=150, seed=2026)
     proc = subprocess.run(

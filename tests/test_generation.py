@@ -7,7 +7,7 @@ import pytest
 from conftest import make_session
 
 from mtp_llm import MTP, DoneEvent, EogEvent, Model, StatsEvent, TokenEvent
-from mtp_llm.tiny_models import TOKEN_X, TOKEN_Y
+from mtp_llm.gguf.tiny_models import TOKEN_X, TOKEN_Y
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog.", "a", "Once upon a time, in a land far away"]
 
@@ -208,7 +208,7 @@ def test_sampled_mtp_output_follows_the_target_distribution(tiny_paths) -> None:
     The ``sampling`` model gives every position the same known distribution and its
     head always drafts "a", so drafts are accepted about half the time."""
     from mtp_llm.parity import forward_with_head
-    from mtp_llm.tiny_models import SAMPLING_TOKENS
+    from mtp_llm.gguf.tiny_models import SAMPLING_TOKENS
 
     model = Model.load(tiny_paths["sampling"])
     prompt = "Hi there"

@@ -16,7 +16,7 @@ from langchain_tests.integration_tests import ChatModelIntegrationTests
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from mtp_llm.langchain import ChatMTP
-from mtp_llm.tiny_models import make_tiny_models
+from mtp_llm.gguf.tiny_models import make_tiny_models
 
 _ARBITRARY = (
     "the tiny random-weight test model fills the grammar-valid tool call with arbitrary values: "

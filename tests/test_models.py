@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from mtp_llm import MTP, MTP_ARCHITECTURES, InvalidOptionError, Model, TokenEvent, _core
-from mtp_llm.gguf_hyv3 import read_hy_v3, split_mtp
-from mtp_llm.tiny_models import TINY_CONFIG, tiny_vocab
+from mtp_llm.gguf.common import tiny_vocab
+from mtp_llm.gguf.hyv3 import read_hy_v3, split_mtp
+from mtp_llm.gguf.tiny_models import TINY_CONFIG
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -132,8 +133,8 @@ def test_quantized_q8_0_model_runs_and_stays_lossless(tmp_path) -> None:
     import sys
     import textwrap
 
-    from mtp_llm.gguf_hyv3 import write_hy_v3
-    from mtp_llm.tiny_models import TINY_CONFIG, _random_tensors
+    from mtp_llm.gguf.hyv3 import write_hy_v3
+    from mtp_llm.gguf.tiny_models import TINY_CONFIG, _random_tensors
 
     path = tmp_path / "q8.gguf"
     write_hy_v3(path, TINY_CONFIG, _random_tensors(TINY_CONFIG, 1234), tiny_vocab(), file_type="q8_0")

@@ -5,7 +5,7 @@ Writes into --out-dir (default: mtp_llm/models/ of this repo):
   mtp-llm-default.tokens.json           test strings with the token ids of the trained tokenizer
   mtp-llm-default.reference.npz         PyTorch outputs on fixed inputs for the parity test
 With --split also mtp-llm-default-trunk.gguf and mtp-mtp-llm-default-trunk.gguf.
-Uses mtp_llm/gguf_hyv3.py (write_hy_v3) and the vendored gguf package.
+Uses mtp_llm/gguf/hyv3.py (write_hy_v3) and the vendored gguf package.
 """
 
 from __future__ import annotations
@@ -26,14 +26,21 @@ from model import gguf_tensors, load_checkpoint  # noqa: E402
 
 
 def _load_gguf_hyv3():
-    """mtp_llm/gguf_hyv3.py loaded by path: importing the mtp_llm package needs its compiled core."""
+    """mtp_llm/gguf/hyv3.py loaded by path: importing the mtp_llm package needs its compiled core.
+
+    The mtp_llm/gguf subpackage is loaded under its own top-level name (it imports nothing
+    outside itself), so hyv3's relative imports work."""
+    import importlib
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("mtp_llm_gguf_hyv3", REPO / "mtp_llm" / "gguf_hyv3.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look the module up
-    spec.loader.exec_module(mod)
-    return mod
+    package_dir = REPO / "mtp_llm" / "gguf"
+    spec = importlib.util.spec_from_file_location(
+        "mtp_llm_gguf", package_dir / "__init__.py", submodule_search_locations=[str(package_dir)]
+    )
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package  # dataclasses and relative imports look the modules up
+    spec.loader.exec_module(package)
+    return importlib.import_module("mtp_llm_gguf.hyv3")
 
 
 _gh = _load_gguf_hyv3()

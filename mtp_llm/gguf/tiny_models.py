@@ -31,46 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .gguf_glm4 import write_glm4
-from .gguf_hyv3 import BpeVocab, HyV3Config, split_mtp, write_hy_v3
-from .gguf_qwen35 import write_qwen35
+from .common import tiny_vocab
+from .glm4 import write_glm4
+from .hyv3 import HyV3Config, split_mtp, write_hy_v3
+from .qwen35 import write_qwen35
 
 # Dimensions with a fixed meaning in the forced models.
 _D_TOKEN_X = 0  # steers the logits to TOKEN_X
 _D_FROM_TARGET = 1  # set only in the target's hidden state
 _D_TOKEN_Y = 2  # steers the logits to TOKEN_Y
-
-
-def byte_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable unicode map used by byte-level BPE."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    mapping = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    return mapping
-
-
-def tiny_vocab() -> BpeVocab:
-    """256 byte tokens, a handful of merges, and ``<|endoftext|>`` as BOS/EOS."""
-    b2u = byte_to_unicode()
-    tokens = [b2u[b] for b in range(256)]
-    types = [1] * 256
-    merges = []
-    for pair in [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("a", "n"), ("e", "r"), ("o", "n")]:
-        merges.append(f"{pair[0]} {pair[1]}")
-        tokens.append(pair[0] + pair[1])
-        types.append(1)
-    tokens.append("<|endoftext|>")
-    types.append(3)
-    eos = len(tokens) - 1
-    return BpeVocab(tokens=tokens, token_types=types, merges=merges, bos_id=eos, eos_id=eos)
 
 
 TINY_CONFIG = HyV3Config(

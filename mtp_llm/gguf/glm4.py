@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .gguf_hyv3 import BpeVocab, add_bpe_vocab, finish_file
+from .common import BpeVocab, add_bpe_vocab, finish_file
 
 ARCH = "glm4"
 

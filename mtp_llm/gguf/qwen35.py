@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .gguf_hyv3 import BpeVocab, add_bpe_vocab, check_tensor_shapes, finish_file
+from .common import BpeVocab, add_bpe_vocab, check_tensor_shapes, finish_file, tiny_vocab
 
 ARCH = "qwen35"
 
@@ -261,8 +261,6 @@ def write_qwen35(
     gives partial acceptance (see :func:`random_qwen35_tensors`).
     """
     if vocab is None:
-        from .tiny_models import tiny_vocab
-
         vocab = tiny_vocab()
     config = Qwen35Config(
         n_vocab=len(vocab.tokens),

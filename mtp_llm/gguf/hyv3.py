@@ -14,11 +14,13 @@ Tensors are given with their GGUF names and PyTorch ``nn.Linear`` layout
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from .common import BpeVocab, add_bpe_vocab, check_tensor_shapes, finish_file
 
 ARCH = "hy_v3"
 Part = Literal["full", "trunk", "mtp"]
@@ -86,61 +88,6 @@ class HyV3Config:
             for suffix, shape in self.nextn_shapes().items():
                 shapes[f"blk.{i}.{suffix}"] = shape
         return shapes
-
-
-@dataclasses.dataclass(frozen=True)
-class BpeVocab:
-    """A byte-level BPE vocabulary (llama.cpp tokenizer model ``gpt2``).
-
-    ``tokens`` are in GPT-2's byte-to-unicode form, as in a Hugging Face
-    ``tokenizer.json``; ``token_types`` use llama.cpp's values (1 normal,
-    3 control, 6 byte); at least one merge is required by llama.cpp.
-    """
-
-    tokens: Sequence[str]
-    token_types: Sequence[int]
-    merges: Sequence[str]
-    bos_id: int
-    eos_id: int
-    pre: str = "gpt-2"
-    add_bos: bool = False
-
-
-def add_bpe_vocab(writer: Any, vocab: BpeVocab, chat_template: str | None = None) -> None:
-    """Write ``vocab`` (and an optional chat template) as the ``tokenizer.*`` keys of a ``gguf.GGUFWriter``."""
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(vocab.pre)
-    writer.add_token_list(list(vocab.tokens))
-    writer.add_token_types(list(vocab.token_types))
-    writer.add_token_merges(list(vocab.merges))
-    writer.add_bos_token_id(vocab.bos_id)
-    writer.add_eos_token_id(vocab.eos_id)
-    writer.add_add_bos_token(vocab.add_bos)
-    if chat_template:
-        writer.add_chat_template(chat_template)
-
-
-def check_tensor_shapes(
-    expected: Mapping[str, tuple[int, ...]], tensors: Mapping[str, np.ndarray], output_shape: tuple[int, int]
-) -> None:
-    """Every expected tensor present with its shape; an untied ``output.weight`` is allowed."""
-    missing = [n for n in expected if n not in tensors]
-    if missing:
-        raise ValueError(f"missing tensors: {missing[:5]}")
-    for name, array in tensors.items():
-        want = expected.get(name) if name != "output.weight" else output_shape
-        if want is None:
-            raise ValueError(f"unexpected tensor {name!r}")
-        if tuple(array.shape) != want:
-            raise ValueError(f"{name}: shape {array.shape}, expected {want}")
-
-
-def finish_file(writer: Any) -> None:
-    """Write header, metadata and tensors of a ``gguf.GGUFWriter`` and close it."""
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 def _is_trunk_tensor(name: str, config: HyV3Config) -> bool:

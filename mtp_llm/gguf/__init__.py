@@ -1,0 +1,12 @@
+"""GGUF files the project writes itself, from numpy arrays (nothing can be downloaded here).
+
+* :mod:`~mtp_llm.gguf.common`: the byte-level BPE vocabulary and the helpers every writer shares;
+* :mod:`~mtp_llm.gguf.hyv3`: dense hy_v3 models with an MTP head, and splitting one into trunk + sidecar;
+* :mod:`~mtp_llm.gguf.qwen35`: hybrid qwen35 models (Gated DeltaNet + attention) with an MTP head;
+* :mod:`~mtp_llm.gguf.glm4`: glm4 models with a nextn block llama.cpp has no MTP graph for;
+* :mod:`~mtp_llm.gguf.tiny_models`: the tiny test models, written with the above;
+* :mod:`~mtp_llm.gguf.fuzz`: structure-aware mutants of a GGUF file for the loading fuzz tests.
+
+The package imports nothing outside itself, so ``tools/train_default_model/export.py`` loads it
+by path without the compiled core.
+"""
