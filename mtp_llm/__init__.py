@@ -24,7 +24,7 @@ from .errors import (
 )
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import MTP_ARCHITECTURES, Model
-from .options import GenerationOptions
+from .options import GenerationOptions, SessionOptions
 from .session import MTP
 from .stats import STATS_KEY, MTPStats, TimingUs
 
@@ -41,6 +41,7 @@ __all__ = [
     "Event",
     "GenerationCancelledError",
     "GenerationOptions",
+    "SessionOptions",
     "GenerationTimeoutError",
     "GrammarError",
     "IncompatibleDraftError",

@@ -1,20 +1,95 @@
-"""Per-call generation options, validated once and shared by every entry point."""
+"""Session and per-call options: the one Python definition of each.
+
+:class:`SessionOptions` (what a session is created with) and
+:class:`GenerationOptions` (what one generation call runs with) validate
+themselves on construction, so an instance is always valid, and cross into the
+engine by field name (:meth:`~SessionOptions.to_native`,
+:meth:`~GenerationOptions.to_native`): every field that is not Python-only has a
+field of the same name in the native ``ContextOptions`` / ``GenerateOptions``
+(or its ``sampling`` part), and ``None`` crosses as "unset".
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
+from . import _core
 from .errors import InvalidOptionError
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per call
+
+ROLLBACK_MODES = ("auto", "rs", "checkpoint")
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionOptions:
+    """How a session's contexts are created (the keyword arguments of :class:`mtp_llm.MTP`)."""
+
+    n_draft: int = 3
+    """Maximum draft tokens per iteration; 0 = plain decoding."""
+    n_ctx: int = 2048
+    """Context size of the target and MTP contexts."""
+    n_batch: int = 512
+    """Maximum tokens per decode call (prompt chunk size)."""
+    n_threads: int | None = None
+    """Decode threads (None = all cores)."""
+    n_threads_batch: int | None = None
+    """Prompt/verify threads (None = ``n_threads``)."""
+    flash_attn: bool | None = None
+    """None = auto: off on a CPU-only build (ggml's CPU flash attention re-reads
+    the KV cache per verify row; measured slower), llama.cpp's choice where a GPU
+    backend exists; True/False to force."""
+    type_k: str | None = None
+    """K cache type of both contexts ("f16", "q8_0", ...; None = f16)."""
+    type_v: str | None = None
+    """V cache type of both contexts."""
+    offload_kqv: bool = True
+    """Keep the KV cache and attention on the GPU backend."""
+    rollback: str = "auto"
+    """Hybrid (recurrent) targets: "rs" rolls recurrent state back in place,
+    "checkpoint" saves/restores it each round; "auto" = "rs"."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_draft", "n_ctx", "n_batch"):
+            _set(self, name, _int(name, getattr(self, name)))
+        for name in ("n_threads", "n_threads_batch"):
+            value = getattr(self, name)
+            if value is not None and (_is_not_int(value) or value < 1):
+                raise InvalidOptionError(f"{name} must be a positive integer or None (got {value!r})")
+        if self.flash_attn is not None and not isinstance(self.flash_attn, bool):
+            raise InvalidOptionError(f"flash_attn must be True, False or None (got {self.flash_attn!r})")
+        for name in ("type_k", "type_v"):
+            value = getattr(self, name)
+            if value is not None and value not in CACHE_TYPES:
+                raise InvalidOptionError(f"{name} must be one of {sorted(CACHE_TYPES)} (got {value!r})")
+        if not isinstance(self.offload_kqv, bool):
+            raise InvalidOptionError(f"offload_kqv must be a bool (got {self.offload_kqv!r})")
+        if self.rollback not in ROLLBACK_MODES:
+            raise InvalidOptionError(f"rollback must be one of {ROLLBACK_MODES} (got {self.rollback!r})")
+
+    def to_native(self) -> _core.ContextOptions:
+        """The engine's ``ContextOptions``, filled field by field."""
+        native = _core.ContextOptions()
+        for field in dataclasses.fields(self):
+            setattr(native, field.name, getattr(self, field.name))
+        return native
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class GenerationOptions:
     """Options of one generation call (the sampler defaults are llama.cpp's)."""
+
+    PYTHON_ONLY: ClassVar[frozenset[str]] = frozenset({"emit_stats_every"})
+    """Fields the Python layer handles itself (not passed to the engine)."""
+    SAMPLING: ClassVar[frozenset[str]] = frozenset(
+        {"temp", "top_k", "top_p", "min_p", "seed", "repeat_penalty", "frequency_penalty", "presence_penalty",
+         "penalty_last_n", "grammar"}
+    )
+    """Fields of the engine's ``GenerateOptions.sampling`` part."""
 
     max_tokens: int = 256
     """Maximum number of tokens to generate."""
@@ -39,21 +114,9 @@ class GenerationOptions:
     n_draft: int | None = None
     """Draft length for this call (<= the session's; 0 = plain decoding)."""
 
-    @classmethod
-    def from_kwargs(cls, base: GenerationOptions | None = None, /, **kwargs: Any) -> GenerationOptions:
-        """Build options from keyword arguments on top of ``base``, checking names and types."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - set(fields))
-        if unknown:
-            raise InvalidOptionError(
-                f"unknown generation option(s) {unknown}; valid options: {sorted(fields)}"
-            )
-        values = {k: v for k, v in kwargs.items() if v is not None or k in ("timeout", "grammar", "n_draft")}
-        merged = dataclasses.replace(base or cls(), **{k: _coerce(k, v) for k, v in values.items()})
-        merged._check()
-        return merged
-
-    def _check(self) -> None:
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            _set(self, field.name, _coerce(field.name, getattr(self, field.name)))
         if self.max_tokens < 1:
             raise InvalidOptionError(f"max_tokens must be at least 1 (got {self.max_tokens})")
         if self.emit_stats_every < 0:
@@ -67,18 +130,58 @@ class GenerationOptions:
         if self.n_draft is not None and self.n_draft < 0:
             raise InvalidOptionError(f"n_draft must be >= 0 (got {self.n_draft})")
 
+    @classmethod
+    def from_kwargs(cls, base: GenerationOptions | None = None, /, **kwargs: Any) -> GenerationOptions:
+        """Options from keyword arguments on top of ``base``, checking names and types.
+        None leaves a field at ``base``'s value, except for the fields whose None
+        means "none" (timeout, grammar, n_draft)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise InvalidOptionError(f"unknown generation option(s) {unknown}; valid options: {sorted(names)}")
+        values = {k: v for k, v in kwargs.items() if v is not None or k in _OPTIONAL_FIELDS}
+        return dataclasses.replace(base or cls(), **values)
+
+    def to_native(self) -> _core.GenerateOptions:
+        """The engine's ``GenerateOptions``, filled field by field."""
+        native = _core.GenerateOptions()
+        sampling = native.sampling
+        for field in dataclasses.fields(self):
+            if field.name not in self.PYTHON_ONLY:
+                setattr(sampling if field.name in self.SAMPLING else native, field.name, getattr(self, field.name))
+        return native
+
 
 _INT_FIELDS = {"max_tokens", "emit_stats_every", "top_k", "seed", "penalty_last_n", "n_draft"}
 _FLOAT_FIELDS = {"temp", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "timeout"}
 
 
+def _set(instance: object, name: str, value: Any) -> None:
+    object.__setattr__(instance, name, value)  # frozen dataclass: normalise in __post_init__
+
+
+def _is_not_int(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int)
+
+
+def _int(name: str, value: Any) -> int:
+    if _is_not_int(value):
+        raise InvalidOptionError(f"{name} must be an integer (got {value!r})")
+    return int(value)
+
+
+_OPTIONAL_FIELDS = {"timeout", "grammar", "n_draft"}
+
+
 def _coerce(name: str, value: Any) -> Any:
+    if name == "stop":
+        return normalize_stop(value)
     if value is None:
+        if name not in _OPTIONAL_FIELDS:
+            raise InvalidOptionError(f"{name} must not be None")
         return None
     if name in _INT_FIELDS:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidOptionError(f"{name} must be an integer (got {value!r})")
-        return value
+        return _int(name, value)
     if name in _FLOAT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidOptionError(f"{name} must be a number (got {value!r})")
@@ -86,8 +189,6 @@ def _coerce(name: str, value: Any) -> Any:
         if math.isnan(value):
             raise InvalidOptionError(f"{name} must not be NaN")
         return value
-    if name == "stop":
-        return normalize_stop(value)
     if name == "grammar":
         if not isinstance(value, str):
             raise InvalidOptionError(f"grammar must be a GBNF string (got {type(value).__name__})")
@@ -106,11 +207,3 @@ def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
     if any(s == "" for s in stop):
         raise InvalidOptionError("stop strings must not be empty")
     return tuple(dict.fromkeys(stop))
-
-
-def split_options(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split keyword arguments into generation options and the rest."""
-    names = {f.name for f in dataclasses.fields(GenerationOptions)}
-    gen = {k: v for k, v in kwargs.items() if k in names}
-    rest = {k: v for k, v in kwargs.items() if k not in names}
-    return gen, rest

@@ -12,13 +12,11 @@ from . import _core
 from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import Model
-from .options import GenerationOptions
+from .options import GenerationOptions, SessionOptions
 from .stats import MTPStats
 
 Prompt = str | bytes | Sequence[int]
 
-_CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
-_ROLLBACK = ("auto", "rs", "checkpoint")
 
 
 def _on_event_loop_thread() -> bool:
@@ -83,20 +81,10 @@ class MTP:
         model: the target model (with an embedded MTP head unless ``draft_model``).
         draft_model: a sidecar model holding the MTP head (``mtp-*.gguf``),
             loaded with ``load_mtp=True``.
-        n_draft: maximum draft tokens per iteration; 0 = plain decoding.
-        n_ctx: context size of both contexts.
-        n_batch: maximum tokens per decode call (prompt chunk size).
-        n_threads: decode threads (default: all cores).
-        n_threads_batch: prompt/verify threads (default: n_threads).
-        flash_attn: None = auto: off on a CPU-only build (ggml's CPU flash attention
-            re-reads the KV cache per verify row; measured slower), llama.cpp's
-            choice where a GPU backend exists; True/False to force.
-        type_k: K cache type ("f16", "q8_0", ...) of both contexts.
-        type_v: V cache type of both contexts.
-        offload_kqv: keep KV cache and attention on the GPU backend.
-        rollback: for hybrid (recurrent) targets, "rs" rolls back recurrent
-            state in place, "checkpoint" saves/restores it each round;
-            "auto" = "rs".
+        n_draft, n_ctx, n_batch, n_threads, n_threads_batch, flash_attn, type_k,
+            type_v, offload_kqv, rollback: the fields of :class:`SessionOptions`
+            (documented there); :meth:`from_options` takes one directly.
+        defaults: generation options each call starts from.
     """
 
     def __init__(
@@ -116,33 +104,52 @@ class MTP:
         rollback: str = "auto",
         defaults: GenerationOptions | None = None,
     ) -> None:
+        options = SessionOptions(
+            n_draft=n_draft,
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_threads=n_threads,
+            n_threads_batch=n_threads_batch,
+            flash_attn=flash_attn,
+            type_k=type_k,
+            type_v=type_v,
+            offload_kqv=offload_kqv,
+            rollback=rollback,
+        )
+        self._open(model, draft_model, options, defaults)
+
+    @classmethod
+    def from_options(
+        cls,
+        model: Model,
+        options: SessionOptions,
+        *,
+        draft_model: Model | None = None,
+        defaults: GenerationOptions | None = None,
+    ) -> MTP:
+        """A session created from a :class:`SessionOptions` (same meaning as the keyword arguments)."""
+        if not isinstance(options, SessionOptions):
+            raise InvalidOptionError(f"options must be an mtp_llm.SessionOptions (got {type(options).__name__})")
+        session = cls.__new__(cls)
+        session._open(model, draft_model, options, defaults)
+        return session
+
+    def _open(
+        self, model: Model, draft_model: Model | None, options: SessionOptions, defaults: GenerationOptions | None
+    ) -> None:
         if not isinstance(model, Model):
             raise InvalidOptionError(f"model must be an mtp_llm.Model (got {type(model).__name__})")
         if draft_model is not None and not isinstance(draft_model, Model):
             raise InvalidOptionError(f"draft_model must be an mtp_llm.Model (got {type(draft_model).__name__})")
-        for name, value in (("n_draft", n_draft), ("n_ctx", n_ctx), ("n_batch", n_batch)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidOptionError(f"{name} must be an integer (got {value!r})")
-        if rollback not in _ROLLBACK:
-            raise InvalidOptionError(f"rollback must be one of {_ROLLBACK} (got {rollback!r})")
         self.model = model
         self.draft_model = draft_model
+        self.session_options = options
+        """The options this session was created with."""
         self.defaults = defaults or GenerationOptions()
         self._lock = _GenerationLock()
         self._native: Any = None
         self._native = _core.Session(
-            model._native,
-            draft_model._native if draft_model is not None else None,
-            n_draft,
-            n_ctx,
-            n_batch,
-            _threads(n_threads, "n_threads"),
-            _threads(n_threads_batch, "n_threads_batch"),
-            -1 if flash_attn is None else int(bool(flash_attn)),
-            _cache_type(type_k, "type_k"),
-            _cache_type(type_v, "type_v"),
-            bool(offload_kqv),
-            rollback != "checkpoint",
+            model._native, draft_model._native if draft_model is not None else None, options.to_native()
         )
 
     # ------------------------------------------------------------------ info
@@ -213,24 +220,39 @@ class MTP:
         """Resolve per-call keyword options on top of the session defaults."""
         return GenerationOptions.from_kwargs(self.defaults, **kwargs)
 
-    def generate(self, prompt: Prompt, **options: Any) -> str:
-        """Generate text (greedy with ``temp=0``); the joined :meth:`stream`."""
-        return "".join(self.stream(prompt, **options))
+    def _call_options(self, options: GenerationOptions | None, kwargs: dict[str, Any]) -> GenerationOptions:
+        if options is None:
+            return self.options(**kwargs)
+        if not isinstance(options, GenerationOptions):
+            raise InvalidOptionError(f"options must be an mtp_llm.GenerationOptions (got {type(options).__name__})")
+        if kwargs:
+            raise InvalidOptionError(
+                f"pass either options= or keyword options, not both (got options= and {sorted(kwargs)})"
+            )
+        return options
 
-    def stream(self, prompt: Prompt, **options: Any) -> Iterator[str]:
+    def generate(self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any) -> str:
+        """Generate text (greedy with ``temp=0``); the joined :meth:`stream`."""
+        return "".join(self.stream(prompt, options=options, **kwargs))
+
+    def stream(self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any) -> Iterator[str]:
         """Yield text pieces as they are produced (empty pieces are skipped)."""
-        for event in self.stream_events(prompt, **options):
+        for event in self.stream_events(prompt, options=options, **kwargs):
             if type(event) is TokenEvent and event.text:
                 yield event.text
 
-    def stream_events(self, prompt: Prompt, **options: Any) -> Iterator[Event]:
+    def stream_events(
+        self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any
+    ) -> Iterator[Event]:
         """Yield TokenEvent per token, StatsEvent every ``emit_stats_every``
         tokens, EogEvent at end-of-generation, and a final DoneEvent.
 
+        Options come as keywords (on top of the session's ``defaults``) or as a
+        ready :class:`GenerationOptions` in ``options`` (used as is).
         Breaking out of the loop or closing the iterator ends the generation;
         the session is immediately reusable.
         """
-        opts = self.options(**options)
+        opts = self._call_options(options, kwargs)
         tokens = self.tokenize_prompt(prompt)
         self._check_open()
         with self._lock.hold():
@@ -241,11 +263,13 @@ class MTP:
             finally:
                 self._native.end()
 
-    async def astream_events(self, prompt: Prompt, **options: Any) -> AsyncIterator[Event]:
+    async def astream_events(
+        self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any
+    ) -> AsyncIterator[Event]:
         """Async :meth:`stream_events`: the native steps run in a worker thread,
         so the event loop stays free. Cancelling the task stops the native
         loop and leaves the session reusable."""
-        opts = self.options(**options)
+        opts = self._call_options(options, kwargs)
         tokens = self.tokenize_prompt(prompt)
         self._check_open()
         loop = asyncio.get_running_loop()
@@ -265,8 +289,9 @@ class MTP:
         finally:
             self._lock.release()
 
-    async def agenerate(self, prompt: Prompt, **options: Any) -> str:
-        parts = [e.text async for e in self.astream_events(prompt, **options) if type(e) is TokenEvent]
+    async def agenerate(self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any) -> str:
+        """Async :meth:`generate`."""
+        parts = [e.text async for e in self.astream_events(prompt, options=options, **kwargs) if type(e) is TokenEvent]
         return "".join(parts)
 
     async def _in_thread(self, loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> Any:
@@ -279,24 +304,8 @@ class MTP:
                 await asyncio.wait([future])
             raise
 
-    def _begin(self, tokens: list[int], o: GenerationOptions) -> None:
-        self._native.begin(
-            tokens,
-            o.max_tokens,
-            -1 if o.n_draft is None else o.n_draft,
-            o.timeout or 0.0,
-            list(o.stop),
-            o.temp,
-            o.top_k,
-            o.top_p,
-            o.min_p,
-            o.seed,
-            o.repeat_penalty,
-            o.frequency_penalty,
-            o.presence_penalty,
-            o.penalty_last_n,
-            o.grammar or "",
-        )
+    def _begin(self, tokens: list[int], options: GenerationOptions) -> None:
+        self._native.begin(tokens, options.to_native())
 
     def _drive(self, opts: GenerationOptions) -> Iterator[Event]:
         step = self._native.step
@@ -353,23 +362,6 @@ class _EventStream:
                 events.append(EogEvent(step_tokens[-1][0]))
             events.append(DoneEvent(self._session.last_stats, reason or "length"))
         return events
-
-
-def _threads(value: int | None, name: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"{name} must be a positive integer or None (got {value!r})")
-    return value
-
-
-def _cache_type(value: str | None, name: str) -> int:
-    if value is None:
-        return -1
-    try:
-        return _CACHE_TYPES[value]
-    except (KeyError, TypeError):
-        raise InvalidOptionError(f"{name} must be one of {sorted(_CACHE_TYPES)} (got {value!r})") from None
 
 
 __all__ = ["MTP", "Prompt"]
