@@ -1,5 +1,6 @@
 """What the GGUF writers share: the byte-level BPE vocabulary and its ``tokenizer.*`` keys,
-the tensor shape check, and the final write of a ``gguf.GGUFWriter``.
+the tensor shapes of a model and of its MTP (nextn) head and their check, and the start and
+the final write of a ``gguf.GGUFWriter``.
 
 :func:`tiny_vocab` is the vocabulary of every model the project writes (the tiny test
 models of :mod:`mtp_llm.gguf.tiny_models` and the hybrid and glm4 writers' defaults).
@@ -8,8 +9,9 @@ models of :mod:`mtp_llm.gguf.tiny_models` and the hybrid and glm4 writers' defau
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -46,6 +48,31 @@ def add_bpe_vocab(writer: Any, vocab: BpeVocab, chat_template: str | None = None
         writer.add_chat_template(chat_template)
 
 
+Shapes = dict[str, tuple[int, ...]]
+"""Tensor shapes in PyTorch ``(out_features, in_features)`` layout, keyed by GGUF name or block suffix."""
+
+
+def nextn_shapes(n_embd: int) -> Shapes:
+    """The MTP head's own tensors (beside its transformer block): ``eh_proj`` over
+    [enorm(embedding), hnorm(hidden)] and the head's final norm."""
+    return {
+        "nextn.eh_proj.weight": (n_embd, 2 * n_embd),
+        "nextn.enorm.weight": (n_embd,),
+        "nextn.hnorm.weight": (n_embd,),
+        "nextn.shared_head_norm.weight": (n_embd,),
+    }
+
+
+def model_shapes(n_vocab: int, n_embd: int, blocks: Iterable[tuple[int, Mapping[str, tuple[int, ...]]]]) -> Shapes:
+    """Every tensor of a model with a tied output head: the embeddings, the final norm, and
+    ``blk.{i}.{suffix}`` for each (block index, shapes by suffix) in ``blocks``, in that order."""
+    shapes: Shapes = {"token_embd.weight": (n_vocab, n_embd), "output_norm.weight": (n_embd,)}
+    for i, block in blocks:
+        for suffix, shape in block.items():
+            shapes[f"blk.{i}.{suffix}"] = shape
+    return shapes
+
+
 def check_tensor_shapes(
     expected: Mapping[str, tuple[int, ...]], tensors: Mapping[str, np.ndarray], output_shape: tuple[int, int]
 ) -> None:
@@ -59,6 +86,47 @@ def check_tensor_shapes(
             raise ValueError(f"unexpected tensor {name!r}")
         if tuple(array.shape) != want:
             raise ValueError(f"{name}: shape {array.shape}, expected {want}")
+
+
+class ModelConfig(Protocol):
+    """What :func:`start_file` reads of a writer's model shape (``HyV3Config``, ``Qwen35Config``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def n_embd(self) -> int: ...
+    @property
+    def n_layer(self) -> int: ...
+    @property
+    def n_nextn(self) -> int: ...
+    @property
+    def n_ff(self) -> int: ...
+    @property
+    def n_ctx_train(self) -> int: ...
+    def tensor_shapes(self) -> Shapes: ...
+
+
+def start_file(
+    path: str | Path, arch: str, config: ModelConfig, tensors: Mapping[str, np.ndarray], *, file_type: int
+) -> Any:
+    """Check ``tensors`` against ``config`` and open a ``gguf.GGUFWriter`` for ``arch`` with the
+    metadata every writer sets: name, file type, context, sizes, and ``n_layer`` trunk blocks
+    followed by ``n_nextn`` MTP blocks. The caller adds its architecture's keys, the
+    vocabulary and the tensors, then calls :func:`finish_file`."""
+    import gguf
+
+    check_tensor_shapes(config.tensor_shapes(), tensors, (config.n_vocab, config.n_embd))
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(config.name)
+    writer.add_file_type(file_type)
+    writer.add_context_length(config.n_ctx_train)
+    writer.add_embedding_length(config.n_embd)
+    writer.add_block_count(config.n_layer + config.n_nextn)
+    writer.add_nextn_predict_layers(config.n_nextn)
+    writer.add_feed_forward_length(config.n_ff)
+    return writer
 
 
 def finish_file(writer: Any) -> None:

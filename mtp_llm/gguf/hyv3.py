@@ -20,7 +20,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .common import BpeVocab, add_bpe_vocab, check_tensor_shapes, finish_file
+from .common import (
+    BpeVocab,
+    Shapes,
+    add_bpe_vocab,
+    finish_file,
+    model_shapes,
+    nextn_shapes,
+    start_file,
+)
 
 ARCH = "hy_v3"
 Part = Literal["full", "trunk", "mtp"]
@@ -49,7 +57,7 @@ class HyV3Config:
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
-    def block_shapes(self) -> dict[str, tuple[int, ...]]:
+    def block_shapes(self) -> Shapes:
         """Per-block tensor shapes in PyTorch layout, keyed by suffix."""
         hd, e = self.head_dim, self.n_embd
         return {
@@ -66,28 +74,12 @@ class HyV3Config:
             "ffn_down.weight": (e, self.n_ff),
         }
 
-    def nextn_shapes(self) -> dict[str, tuple[int, ...]]:
-        e = self.n_embd
-        return {
-            "nextn.eh_proj.weight": (e, 2 * e),
-            "nextn.enorm.weight": (e,),
-            "nextn.hnorm.weight": (e,),
-            "nextn.shared_head_norm.weight": (e,),
-        }
-
-    def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+    def tensor_shapes(self) -> Shapes:
         """Every tensor of the embedded model (tied output head)."""
-        shapes: dict[str, tuple[int, ...]] = {
-            "token_embd.weight": (self.n_vocab, self.n_embd),
-            "output_norm.weight": (self.n_embd,),
-        }
-        for i in range(self.n_layer + self.n_nextn):
-            for suffix, shape in self.block_shapes().items():
-                shapes[f"blk.{i}.{suffix}"] = shape
-        for i in range(self.n_layer, self.n_layer + self.n_nextn):
-            for suffix, shape in self.nextn_shapes().items():
-                shapes[f"blk.{i}.{suffix}"] = shape
-        return shapes
+        n_blocks = self.n_layer + self.n_nextn
+        blocks = [(i, self.block_shapes()) for i in range(n_blocks)]
+        blocks += [(i, nextn_shapes(self.n_embd)) for i in range(self.n_layer, n_blocks)]
+        return model_shapes(self.n_vocab, self.n_embd, blocks)
 
 
 def _is_trunk_tensor(name: str, config: HyV3Config) -> bool:
@@ -126,16 +118,7 @@ def write_hy_v3(
     import gguf
 
     path = Path(path)
-    check_tensor_shapes(config.tensor_shapes(), tensors, (config.n_vocab, config.n_embd))
-
-    writer = gguf.GGUFWriter(str(path), ARCH)
-    writer.add_name(config.name)
-    writer.add_file_type(_GGUF_FILE_TYPE[file_type])
-    writer.add_context_length(config.n_ctx_train)
-    writer.add_embedding_length(config.n_embd)
-    writer.add_block_count(config.n_layer + config.n_nextn)
-    writer.add_nextn_predict_layers(config.n_nextn)
-    writer.add_feed_forward_length(config.n_ff)
+    writer = start_file(path, ARCH, config, tensors, file_type=_GGUF_FILE_TYPE[file_type])
     writer.add_expert_feed_forward_length(config.n_ff)
     writer.add_head_count(config.n_head)
     writer.add_head_count_kv(config.n_head_kv)

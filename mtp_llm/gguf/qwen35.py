@@ -23,7 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import BpeVocab, add_bpe_vocab, check_tensor_shapes, finish_file, tiny_vocab
+from .common import (
+    BpeVocab,
+    Shapes,
+    add_bpe_vocab,
+    finish_file,
+    model_shapes,
+    nextn_shapes,
+    start_file,
+    tiny_vocab,
+)
 
 ARCH = "qwen35"
 
@@ -70,7 +79,7 @@ class Qwen35Config:
         """llama.cpp's rule when ``attention.recurrent_layers`` is absent."""
         return il < self.n_layer and (il + 1) % self.full_attention_interval != 0
 
-    def _common_shapes(self) -> dict[str, tuple[int, ...]]:
+    def _common_shapes(self) -> Shapes:
         e = self.n_embd
         return {
             "attn_norm.weight": (e,),
@@ -80,7 +89,7 @@ class Qwen35Config:
             "ffn_down.weight": (e, self.n_ff),
         }
 
-    def attention_shapes(self) -> dict[str, tuple[int, ...]]:
+    def attention_shapes(self) -> Shapes:
         e, hd = self.n_embd, self.head_dim
         return {
             **self._common_shapes(),
@@ -92,7 +101,7 @@ class Qwen35Config:
             "attn_k_norm.weight": (hd,),
         }
 
-    def delta_net_shapes(self) -> dict[str, tuple[int, ...]]:
+    def delta_net_shapes(self) -> Shapes:
         e, v_heads = self.n_embd, self.ssm_dt_rank
         return {
             **self._common_shapes(),
@@ -107,31 +116,16 @@ class Qwen35Config:
             "ssm_out.weight": (e, self.ssm_d_inner),
         }
 
-    def nextn_shapes(self) -> dict[str, tuple[int, ...]]:
-        e = self.n_embd
-        return {
-            **self.attention_shapes(),
-            "nextn.eh_proj.weight": (e, 2 * e),
-            "nextn.enorm.weight": (e,),
-            "nextn.hnorm.weight": (e,),
-            "nextn.shared_head_norm.weight": (e,),
-        }
-
-    def tensor_shapes(self) -> dict[str, tuple[int, ...]]:
+    def tensor_shapes(self) -> Shapes:
         """Every tensor of the embedded model with a tied output head (an untied
         ``output.weight`` of shape (n_vocab, n_embd) may be added)."""
-        shapes: dict[str, tuple[int, ...]] = {
-            "token_embd.weight": (self.n_vocab, self.n_embd),
-            "output_norm.weight": (self.n_embd,),
-        }
-        for i in range(self.n_layer):
-            block = self.delta_net_shapes() if self.is_recurrent(i) else self.attention_shapes()
-            for suffix, shape in block.items():
-                shapes[f"blk.{i}.{suffix}"] = shape
-        for i in range(self.n_layer, self.n_layer + self.n_nextn):
-            for suffix, shape in self.nextn_shapes().items():
-                shapes[f"blk.{i}.{suffix}"] = shape
-        return shapes
+        blocks = [
+            (i, self.delta_net_shapes() if self.is_recurrent(i) else self.attention_shapes())
+            for i in range(self.n_layer)
+        ]
+        head = self.attention_shapes() | nextn_shapes(self.n_embd)
+        blocks += [(i, head) for i in range(self.n_layer, self.n_layer + self.n_nextn)]
+        return model_shapes(self.n_vocab, self.n_embd, blocks)
 
 
 def random_qwen35_tensors(
@@ -196,8 +190,6 @@ def write_qwen35_tensors(
     chat_template: str | None = None,
 ) -> Path:
     """Write ``tensors`` (all f32) as an embedded qwen35 GGUF."""
-    import gguf
-
     if config.n_vocab != len(vocab.tokens):
         raise ValueError(f"n_vocab {config.n_vocab} != vocabulary size {len(vocab.tokens)}")
     if config.head_dim % 2:
@@ -205,16 +197,7 @@ def write_qwen35_tensors(
     if config.ssm_dt_rank % config.ssm_n_group:
         raise ValueError("ssm_dt_rank (value heads) must be a multiple of ssm_n_group (key heads)")
     path = Path(path)
-    check_tensor_shapes(config.tensor_shapes(), tensors, (config.n_vocab, config.n_embd))
-
-    writer = gguf.GGUFWriter(str(path), ARCH)
-    writer.add_name(config.name)
-    writer.add_file_type(0)  # all f32
-    writer.add_context_length(config.n_ctx_train)
-    writer.add_embedding_length(config.n_embd)
-    writer.add_block_count(config.n_layer + config.n_nextn)
-    writer.add_nextn_predict_layers(config.n_nextn)
-    writer.add_feed_forward_length(config.n_ff)
+    writer = start_file(path, ARCH, config, tensors, file_type=0)  # all f32
     writer.add_head_count(config.n_head)
     writer.add_head_count_kv(config.n_head_kv)
     writer.add_key_length(config.head_dim)
