@@ -6,7 +6,12 @@
 
 #include <cstring>
 
-#include "engine.hpp"
+#include "errors.hpp"
+#include "model.hpp"
+#include "options.hpp"
+#include "parity.hpp"
+#include "runtime.hpp"
+#include "session.hpp"
 
 namespace py = pybind11;
 using mtp::ErrorKind;
@@ -40,20 +45,7 @@ py::str to_str(const std::string & s) {
 
 py::dict counters_to_dict(const mtp::Counters & c) {
     py::dict d;
-    d["iters"] = c.iters;
-    d["replays"] = c.replays;
-    d["drafts_generated"] = c.drafts_generated;
-    d["drafts_accepted"] = c.drafts_accepted;
-    d["tokens_emitted"] = c.tokens_emitted;
-    d["prompt_tokens"] = c.prompt_tokens;
-    d["generations"] = c.generations;
-    d["t_draft_us"] = c.t_draft_us;
-    d["t_verify_us"] = c.t_verify_us;
-    d["t_sample_us"] = c.t_sample_us;
-    d["t_ckpt_us"] = c.t_ckpt_us;
-    d["t_total_us"] = c.t_total_us;
-    d["t_prompt_us"] = c.t_prompt_us;
-    d["t_first_token_us"] = c.t_first_token_us;
+    c.for_each([&](const char * name, uint64_t value) { d[name] = value; });
     const int n = std::max(0, std::min(c.n_draft, mtp::kMaxDraftPositions));
     d["drafted_at"] = std::vector<uint64_t>(c.drafted_at.begin(), c.drafted_at.begin() + n);
     d["accepted_at"] = std::vector<uint64_t>(c.accepted_at.begin(), c.accepted_at.begin() + n);
@@ -78,21 +70,6 @@ PYBIND11_MODULE(_core, m) {
             PyErr_SetObject(cls.ptr(), text.ptr());
         }
     });
-
-    m.def("recent_log", &mtp::recent_log, "Last llama.cpp log lines (for diagnostics).");
-    m.def("set_log_echo", &mtp::set_log_echo, py::arg("echo"), "Echo llama.cpp's log to stderr.");
-    m.def("inspect_gguf", [](const std::string & path) {
-        const mtp::GgufInfo info = mtp::inspect_gguf(path);
-        py::dict d;
-        d["architecture"] = info.architecture;
-        d["n_embd"] = info.n_embd;
-        d["n_vocab"] = info.n_vocab;
-        d["n_nextn"] = info.n_nextn;
-        d["block_count"] = info.block_count;
-        d["has_trunk"] = info.has_trunk;
-        d["has_mtp_tensors"] = info.has_mtp_tensors;
-        return d;
-    }, py::arg("path"));
 
     m.def("mtp_graph_architectures", &mtp::mtp_graph_architectures,
           "Architectures for which this llama.cpp build has an MTP draft graph.");
@@ -174,53 +151,54 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("target"), py::arg("head"), py::arg("tokens"), py::arg("n_threads") = 0,
        "Every-position logits and hidden states of the target and the MTP head (export checks).");
 
+    // Option structs with named fields: mtp_llm.options fills them by field name.
+    py::class_<mtp::ContextOptions>(m, "ContextOptions")
+        .def(py::init<>())
+        .def_readwrite("n_draft", &mtp::ContextOptions::n_draft)
+        .def_readwrite("n_ctx", &mtp::ContextOptions::n_ctx)
+        .def_readwrite("n_batch", &mtp::ContextOptions::n_batch)
+        .def_readwrite("n_threads", &mtp::ContextOptions::n_threads)
+        .def_readwrite("n_threads_batch", &mtp::ContextOptions::n_threads_batch)
+        .def_readwrite("flash_attn", &mtp::ContextOptions::flash_attn)
+        .def_readwrite("type_k", &mtp::ContextOptions::type_k)
+        .def_readwrite("type_v", &mtp::ContextOptions::type_v)
+        .def_readwrite("offload_kqv", &mtp::ContextOptions::offload_kqv)
+        .def_readwrite("rollback", &mtp::ContextOptions::rollback);
+
+    py::class_<mtp::SamplingOptions>(m, "SamplingOptions")
+        .def(py::init<>())
+        .def_readwrite("temp", &mtp::SamplingOptions::temp)
+        .def_readwrite("top_k", &mtp::SamplingOptions::top_k)
+        .def_readwrite("top_p", &mtp::SamplingOptions::top_p)
+        .def_readwrite("min_p", &mtp::SamplingOptions::min_p)
+        .def_readwrite("seed", &mtp::SamplingOptions::seed)
+        .def_readwrite("repeat_penalty", &mtp::SamplingOptions::repeat_penalty)
+        .def_readwrite("frequency_penalty", &mtp::SamplingOptions::frequency_penalty)
+        .def_readwrite("presence_penalty", &mtp::SamplingOptions::presence_penalty)
+        .def_readwrite("penalty_last_n", &mtp::SamplingOptions::penalty_last_n)
+        .def_readwrite("grammar", &mtp::SamplingOptions::grammar);
+
+    py::class_<mtp::GenerateOptions>(m, "GenerateOptions")
+        .def(py::init<>())
+        .def_readwrite("max_tokens", &mtp::GenerateOptions::max_tokens)
+        .def_readwrite("n_draft", &mtp::GenerateOptions::n_draft)
+        .def_readwrite("timeout", &mtp::GenerateOptions::timeout)
+        .def_readwrite("stop", &mtp::GenerateOptions::stop)
+        .def_readwrite("sampling", &mtp::GenerateOptions::sampling);
+
     py::class_<mtp::Session>(m, "Session")
-        .def(py::init([](std::shared_ptr<mtp::Model> target, std::shared_ptr<mtp::Model> draft, int n_draft,
-                         int n_ctx, int n_batch, int n_threads, int n_threads_batch, int flash_attn, int type_k,
-                         int type_v, bool offload_kqv, bool use_rs_rollback) {
-                 mtp::ContextOptions o;
-                 o.n_draft = n_draft;
-                 o.n_ctx = n_ctx;
-                 o.n_batch = n_batch;
-                 o.n_threads = n_threads;
-                 o.n_threads_batch = n_threads_batch;
-                 o.flash_attn = flash_attn;
-                 o.type_k = type_k;
-                 o.type_v = type_v;
-                 o.offload_kqv = offload_kqv;
-                 o.use_rs_rollback = use_rs_rollback;
+        .def(py::init([](std::shared_ptr<mtp::Model> target, std::shared_ptr<mtp::Model> draft,
+                         const mtp::ContextOptions & options) {
                  py::gil_scoped_release release;
-                 return std::make_unique<mtp::Session>(std::move(target), std::move(draft), o);
+                 return std::make_unique<mtp::Session>(std::move(target), std::move(draft), options);
              }),
-             py::arg("target"), py::arg("draft").none(true), py::arg("n_draft"), py::arg("n_ctx"),
-             py::arg("n_batch"), py::arg("n_threads"), py::arg("n_threads_batch"), py::arg("flash_attn"),
-             py::arg("type_k"), py::arg("type_v"), py::arg("offload_kqv"), py::arg("use_rs_rollback"))
-        .def("begin", [](mtp::Session & self, const std::vector<int32_t> & prompt, int max_tokens, int n_draft,
-                         double timeout, const std::vector<std::string> & stop, float temp, int top_k, float top_p,
-                         float min_p, uint32_t seed, float repeat_penalty, float frequency_penalty,
-                         float presence_penalty, int penalty_last_n, const std::string & grammar) {
-                 mtp::GenerateOptions g;
-                 g.max_tokens = max_tokens;
-                 g.n_draft = n_draft;
-                 g.timeout_s = timeout;
-                 g.stop = stop;
-                 g.sampling.temp = temp;
-                 g.sampling.top_k = top_k;
-                 g.sampling.top_p = top_p;
-                 g.sampling.min_p = min_p;
-                 g.sampling.seed = seed;
-                 g.sampling.repeat_penalty = repeat_penalty;
-                 g.sampling.frequency_penalty = frequency_penalty;
-                 g.sampling.presence_penalty = presence_penalty;
-                 g.sampling.penalty_last_n = penalty_last_n;
-                 g.sampling.grammar = grammar;
+             py::arg("target"), py::arg("draft").none(true), py::arg("options"))
+        .def("begin", [](mtp::Session & self, const std::vector<int32_t> & prompt,
+                         const mtp::GenerateOptions & options) {
                  py::gil_scoped_release release;
-                 self.begin(prompt, g);
+                 self.begin(prompt, options);
              },
-             py::arg("prompt"), py::arg("max_tokens"), py::arg("n_draft"), py::arg("timeout"), py::arg("stop"),
-             py::arg("temp"), py::arg("top_k"), py::arg("top_p"), py::arg("min_p"), py::arg("seed"),
-             py::arg("repeat_penalty"), py::arg("frequency_penalty"), py::arg("presence_penalty"),
-             py::arg("penalty_last_n"), py::arg("grammar"))
+             py::arg("prompt"), py::arg("options"))
         .def("step", [](mtp::Session & self) {
             mtp::StepResult r;
             {

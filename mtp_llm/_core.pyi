@@ -2,9 +2,6 @@
 
 from typing import Any
 
-def recent_log() -> str: ...
-def set_log_echo(echo: bool) -> None: ...
-def inspect_gguf(path: str) -> dict[str, Any]: ...
 def json_schema_grammar(schema_json: str) -> str: ...
 def mtp_graph_architectures() -> list[str]: ...
 def single_head_mtp_architectures() -> list[str]: ...
@@ -55,13 +52,47 @@ class Model:
     def apply_chat_template(self, messages: list[tuple[str, str]], add_generation_prompt: bool = True,
                             chat_template: str = "") -> str: ...
 
+class ContextOptions:
+    """Filled by field name from mtp_llm.options.SessionOptions."""
+
+    n_draft: int
+    n_ctx: int
+    n_batch: int
+    n_threads: int | None
+    n_threads_batch: int | None
+    flash_attn: bool | None
+    type_k: str | None
+    type_v: str | None
+    offload_kqv: bool
+    rollback: str
+    def __init__(self) -> None: ...
+
+class SamplingOptions:
+    temp: float
+    top_k: int
+    top_p: float
+    min_p: float
+    seed: int
+    repeat_penalty: float
+    frequency_penalty: float
+    presence_penalty: float
+    penalty_last_n: int
+    grammar: str | None
+    def __init__(self) -> None: ...
+
+class GenerateOptions:
+    """Filled by field name from mtp_llm.options.GenerationOptions."""
+
+    max_tokens: int
+    n_draft: int | None
+    timeout: float | None
+    stop: list[str]
+    sampling: SamplingOptions
+    def __init__(self) -> None: ...
+
 class Session:
-    def __init__(self, target: Model, draft: Model | None, n_draft: int, n_ctx: int, n_batch: int, n_threads: int,
-                 n_threads_batch: int, flash_attn: int, type_k: int, type_v: int, offload_kqv: bool,
-                 use_rs_rollback: bool) -> None: ...
-    def begin(self, prompt: list[int], max_tokens: int, n_draft: int, timeout: float, stop: list[str], temp: float,
-              top_k: int, top_p: float, min_p: float, seed: int, repeat_penalty: float, frequency_penalty: float,
-              presence_penalty: float, penalty_last_n: int, grammar: str) -> None: ...
+    def __init__(self, target: Model, draft: Model | None, options: ContextOptions) -> None: ...
+    def begin(self, prompt: list[int], options: GenerateOptions) -> None: ...
     def step(self) -> tuple[list[tuple[int, str]], bool, str | None]: ...
     def end(self) -> None: ...
     def cancel(self) -> None: ...

@@ -30,9 +30,11 @@ def test_stub_matches_extension() -> None:
         elif isinstance(node, ast.ClassDef):
             stub[""].add(node.name)
             stub[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
+            stub[node.name] |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)
+                                and isinstance(n.target, ast.Name)}
     public = {n for n in dir(_core) if not n.startswith("_")}
     assert stub[""] == public
-    for cls in ("Model", "Session"):
+    for cls in ("Model", "Session", "ContextOptions", "SamplingOptions", "GenerateOptions"):
         native = {n for n in dir(getattr(_core, cls)) if not n.startswith("_")}
         assert stub[cls] == native, cls
 

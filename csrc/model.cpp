@@ -1,0 +1,226 @@
+#include "model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "chat.h"
+#include "common.h"
+#include "errors.hpp"
+#include "gguf.h"
+#include "runtime.hpp"
+
+namespace mtp {
+
+// The head's architecture must have an MTP graph in llama.cpp (without one, llama.cpp
+// builds the plain decoder graph for the MTP context and fails deep inside graph
+// reservation), and single-head MTP graphs assert on files with more heads.
+void require_mtp_graph(const Model & head) {
+    if (head.has_mtp_graph()) {
+        const auto & single = single_head_mtp_architectures();
+        const int64_t n_heads = head.info().n_nextn;
+        if (n_heads != 1 && std::find(single.begin(), single.end(), head.architecture()) != single.end()) {
+            fail(ErrorKind::MissingMtpHead, "'" + head.path() + "' declares " + std::to_string(n_heads) +
+                                                " MTP heads, but llama.cpp's " + head.architecture() +
+                                                " MTP graph runs exactly one; use n_draft=0 for plain decoding");
+        }
+        return;
+    }
+    std::string known;
+    for (const auto & a : mtp_graph_architectures()) known += (known.empty() ? "" : ", ") + a;
+    fail(ErrorKind::MissingMtpHead, "'" + head.path() + "' has architecture '" + head.architecture() +
+                                        "', which stores MTP (nextn) tensors but has no MTP draft graph in this "
+                                        "llama.cpp build; use n_draft=0 for plain decoding. Architectures that "
+                                        "can draft: " + known);
+}
+
+GgufInfo inspect_gguf(const std::string & path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (path.empty()) {
+        fail(ErrorKind::ModelLoad, "model path is empty: pass the path of a .gguf file");
+    }
+    if (!fs::exists(path, ec)) {
+        fail(ErrorKind::ModelLoad, "model file not found: '" + path + "' (check the path)");
+    }
+    if (fs::is_directory(path, ec)) {
+        fail(ErrorKind::ModelLoad, "model path is a directory, not a file: '" + path + "' (pass the .gguf file inside it)");
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        fail(ErrorKind::ModelLoad, "model file is not readable: '" + path + "' (check its permissions)");
+    }
+    char magic[4] = {0, 0, 0, 0};
+    in.read(magic, 4);
+    if (in.gcount() < 4 || std::memcmp(magic, "GGUF", 4) != 0) {
+        fail(ErrorKind::ModelLoad, "not a GGUF file: '" + path + "' (it does not start with the GGUF magic; "
+                                   "convert the model with llama.cpp's convert_hf_to_gguf.py)");
+    }
+    in.close();
+
+    ensure_backend();
+    clear_log();
+    ggml_context * meta = nullptr;  // tensor shapes, no data
+    gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta};
+    gguf_context * ctx = gguf_init_from_file(path.c_str(), params);
+    if (ctx == nullptr) {
+        fail(ErrorKind::ModelLoad, with_log("GGUF file is corrupt or truncated: '" + path + "'"));
+    }
+    std::unique_ptr<gguf_context, decltype(&gguf_free)> guard(ctx, gguf_free);
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> meta_guard(meta, ggml_free);
+    return read_gguf_info(ctx, meta, path);
+}
+
+Model::Model(const std::string & path, const ModelOptions & opts) : path_(path), opts_(opts) {
+    info_ = inspect_gguf(path);
+    if (opts.n_gpu_layers < -1) {
+        fail(ErrorKind::InvalidOption, "n_gpu_layers must be >= -1 (-1 offloads every layer)");
+    }
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = opts.n_gpu_layers;
+    mp.load_mode = opts.use_mmap ? (opts.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP)
+                                 : (opts.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE);
+    mp.load_mtp = opts.load_mtp;
+    clear_log();
+    llama_model * m = llama_model_load_from_file(path.c_str(), mp);
+    if (m == nullptr) {
+        fail(ErrorKind::ModelLoad, with_log("llama.cpp could not load '" + path + "' (architecture '" +
+                                            info_.architecture + "')"));
+    }
+    model_.reset(m);
+}
+
+std::string Model::description() const {
+    char buf[256];
+    llama_model_desc(model_.get(), buf, sizeof(buf));
+    return buf;
+}
+int32_t Model::n_vocab() const { return llama_vocab_n_tokens(vocab()); }
+int32_t Model::n_embd() const { return llama_model_n_embd(model_.get()); }
+int32_t Model::n_ctx_train() const { return llama_model_n_ctx_train(model_.get()); }
+int32_t Model::n_layer() const { return llama_model_n_layer(model_.get()); }
+int32_t Model::n_mtp_heads() const { return llama_model_n_layer_nextn(model_.get()); }
+uint64_t Model::n_params() const { return llama_model_n_params(model_.get()); }
+uint64_t Model::size_bytes() const { return llama_model_size(model_.get()); }
+int32_t Model::token_bos() const { return llama_vocab_bos(vocab()); }
+int32_t Model::token_eos() const { return llama_vocab_eos(vocab()); }
+bool Model::is_eog(int32_t token) const { return llama_vocab_is_eog(vocab(), token); }
+
+std::string Model::chat_template() const {
+    const char * t = llama_model_chat_template(model_.get(), nullptr);
+    return t ? t : "";
+}
+
+std::vector<int32_t> Model::tokenize(const std::string & text, bool add_special, bool parse_special) const {
+    return common_tokenize(vocab(), text, add_special, parse_special);
+}
+
+void Model::check_tokens(const std::vector<int32_t> & tokens) const {
+    const int32_t n = n_vocab();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i] < 0 || tokens[i] >= n) {
+            fail(ErrorKind::InvalidPrompt, "token id " + std::to_string(tokens[i]) + " at index " +
+                                               std::to_string(i) + " is outside the vocabulary [0, " +
+                                               std::to_string(n) + ")");
+        }
+    }
+}
+
+std::string Model::detokenize(const std::vector<int32_t> & tokens, bool render_special) const {
+    check_tokens(tokens);
+    return common_detokenize(vocab(), tokens, render_special);
+}
+
+std::string Model::token_piece(int32_t token, bool render_special) const {
+    check_tokens({token});
+    return common_token_to_piece(vocab(), token, render_special);
+}
+
+std::vector<std::vector<float>> Model::embed(const std::vector<std::string> & texts, int32_t n_threads) const {
+    std::vector<std::vector<int32_t>> tokenized;
+    size_t longest = 1;
+    for (const auto & text : texts) {
+        tokenized.push_back(tokenize(text, true, false));
+        if (tokenized.back().empty()) {
+            fail(ErrorKind::InvalidPrompt, "cannot embed an empty text");
+        }
+        longest = std::max(longest, tokenized.back().size());
+    }
+    if ((int64_t) longest > n_ctx_train()) {
+        fail(ErrorKind::ContextOverflow, "a text to embed has " + std::to_string(longest) +
+                                             " tokens, more than the model's context (" + std::to_string(n_ctx_train()) + ")");
+    }
+    llama_context_params cp = llama_context_default_params();
+    cp.embeddings = true;
+    cp.pooling_type = LLAMA_POOLING_TYPE_MEAN;
+    cp.n_ctx = (uint32_t) longest;
+    cp.n_batch = (uint32_t) longest;
+    cp.n_ubatch = (uint32_t) longest;
+    cp.n_seq_max = 1;
+    cp.n_threads = n_threads > 0 ? n_threads : default_threads();
+    cp.n_threads_batch = cp.n_threads;
+    cp.no_perf = true;
+    clear_log();
+    llama_context_ptr ctx(llama_init_from_model(model_.get(), cp));
+    if (!ctx) {
+        fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create an embedding context"));
+    }
+    std::vector<std::vector<float>> out;
+    const int n_embd_out = llama_model_n_embd_out(model_.get());
+    for (const auto & tokens : tokenized) {
+        llama_memory_clear(llama_get_memory(ctx.get()), true);
+        common_batch batch(ctx.get());
+        for (size_t i = 0; i < tokens.size(); ++i) {
+            batch.add(tokens[i], (llama_pos) i, 0, true);
+        }
+        const int32_t rc = llama_process(ctx.get(), LLAMA_PROCESS_TYPE_DECODE, batch.get());
+        if (rc != 0) {
+            fail(ErrorKind::Decode, with_log("llama.cpp failed to compute embeddings (code " + std::to_string(rc) + ")"));
+        }
+        const float * e = llama_get_embeddings_seq(ctx.get(), 0);
+        if (e == nullptr) {
+            fail(ErrorKind::Decode, with_log("llama.cpp returned no pooled embedding"));
+        }
+        std::vector<float> v(e, e + n_embd_out);
+        double norm = 0.0;
+        for (float x : v) norm += (double) x * x;
+        norm = std::sqrt(norm);
+        if (norm > 0) {
+            for (float & x : v) x = (float) (x / norm);
+        }
+        out.push_back(std::move(v));
+    }
+    return out;
+}
+
+std::string Model::apply_chat_template(const std::vector<std::pair<std::string, std::string>> & messages,
+                                       bool add_generation_prompt, const std::string & chat_template) const {
+    if (chat_template.empty() && this->chat_template().empty()) {
+        fail(ErrorKind::InvalidOption,
+             "this model has no chat template: pass chat_template='...' (a Jinja template)");
+    }
+    common_chat_templates_ptr tmpls;
+    try {
+        tmpls = common_chat_templates_init(model_.get(), chat_template);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::InvalidOption, std::string("chat template does not parse: ") + e.what());
+    }
+    common_chat_templates_inputs inputs;
+    inputs.add_generation_prompt = add_generation_prompt;
+    inputs.use_jinja = true;
+    for (const auto & [role, content] : messages) {
+        common_chat_msg msg;
+        msg.role = role;
+        msg.content = content;
+        inputs.messages.push_back(std::move(msg));
+    }
+    try {
+        return common_chat_templates_apply(tmpls.get(), inputs).prompt;
+    } catch (const std::exception & e) {
+        fail(ErrorKind::InvalidOption, std::string("chat template failed: ") + e.what());
+    }
+}
+
+}  // namespace mtp

@@ -1,0 +1,77 @@
+// Models: GGUF header checks, loading, tokenizer and chat-template access.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "llama-cpp.h"
+#include "gguf_checks.hpp"
+
+namespace mtp {
+
+struct ModelOptions {
+    bool load_mtp = true;
+    int32_t n_gpu_layers = 0;
+    bool use_mmap = true;
+    bool use_mlock = false;
+};
+
+
+// Opens a GGUF's header (metadata only) and checks it; throws Error(ModelLoad).
+GgufInfo inspect_gguf(const std::string & path);
+
+class Model {
+public:
+    Model(const std::string & path, const ModelOptions & opts);
+
+    llama_model * get() const { return model_.get(); }
+    const llama_vocab * vocab() const { return llama_model_get_vocab(model_.get()); }
+    const std::string & path() const { return path_; }
+    const ModelOptions & options() const { return opts_; }
+    const GgufInfo & info() const { return info_; }
+
+    std::string architecture() const { return info_.architecture; }
+    std::string description() const;
+    int32_t n_vocab() const;
+    int32_t n_embd() const;
+    int32_t n_ctx_train() const;
+    int32_t n_layer() const;
+    int32_t n_mtp_heads() const;
+    uint64_t n_params() const;
+    uint64_t size_bytes() const;
+    std::string chat_template() const;      // "" when the GGUF has none
+    bool is_mtp_sidecar() const { return info_.n_nextn > 0 && !info_.has_trunk; }
+    bool has_mtp_head() const { return info_.n_nextn > 0 && info_.has_mtp_tensors; }
+    bool has_mtp_graph() const { return architecture_has_mtp_graph(info_.architecture); }
+
+    int32_t token_bos() const;
+    int32_t token_eos() const;
+    bool is_eog(int32_t token) const;
+
+    std::vector<int32_t> tokenize(const std::string & text, bool add_special, bool parse_special) const;
+    std::string detokenize(const std::vector<int32_t> & tokens, bool render_special) const;
+    std::string token_piece(int32_t token, bool render_special) const;
+    void check_tokens(const std::vector<int32_t> & tokens) const;
+
+    // Mean-pooled, L2-normalised hidden states of each text (for retrieval).
+    std::vector<std::vector<float>> embed(const std::vector<std::string> & texts, int32_t n_threads) const;
+
+    // Chat messages as (role, content); template "" uses the GGUF's own.
+    std::string apply_chat_template(const std::vector<std::pair<std::string, std::string>> & messages,
+                                    bool add_generation_prompt, const std::string & chat_template) const;
+
+private:
+    std::string path_;
+    ModelOptions opts_;
+    GgufInfo info_;
+    llama_model_ptr model_;
+};
+
+// Throws Error(MissingMtpHead) unless llama.cpp has an MTP draft graph for the
+// head's architecture that can run the number of heads the file declares.
+void require_mtp_graph(const Model & head);
+
+}  // namespace mtp

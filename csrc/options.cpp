@@ -1,0 +1,136 @@
+#include "options.hpp"
+
+#include <cmath>
+
+#include "errors.hpp"
+#include "ggml.h"
+#include "json-schema-to-grammar.h"
+#include "runtime.hpp"
+
+namespace mtp {
+
+int32_t cache_type(const std::optional<std::string> & name, const char * option) {
+    if (!name) return -1;
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const auto * traits = ggml_get_type_traits((ggml_type) t);
+        if (traits->blck_size != 0 && traits->type_name != nullptr && *name == traits->type_name) {
+            return t;
+        }
+    }
+    fail(ErrorKind::InvalidOption, std::string(option) + " is not a ggml type name (got '" + *name + "')");
+}
+
+void validate(const ContextOptions & o, int32_t max_draft) {
+    if (o.n_draft < 0 || o.n_draft > max_draft) {
+        fail(ErrorKind::InvalidOption, "n_draft must be between 0 and " + std::to_string(max_draft) +
+                                           " (got " + std::to_string(o.n_draft) + "); 2-4 is typical");
+    }
+    if (o.n_ctx < 16) {
+        fail(ErrorKind::InvalidOption, "n_ctx must be at least 16 (got " + std::to_string(o.n_ctx) + ")");
+    }
+    if (o.n_batch < 1) {
+        fail(ErrorKind::InvalidOption, "n_batch must be at least 1 (got " + std::to_string(o.n_batch) + ")");
+    }
+    if (o.n_batch <= o.n_draft) {
+        fail(ErrorKind::InvalidOption, "n_batch must be greater than n_draft (the verify batch holds n_draft + 1 tokens)");
+    }
+    if ((o.n_threads && *o.n_threads < 1) || (o.n_threads_batch && *o.n_threads_batch < 1)) {
+        fail(ErrorKind::InvalidOption, "n_threads and n_threads_batch must be positive (unset = all cores)");
+    }
+    cache_type(o.type_k, "type_k");
+    cache_type(o.type_v, "type_v");
+    if (o.rollback != "auto" && o.rollback != "rs" && o.rollback != "checkpoint") {
+        fail(ErrorKind::InvalidOption, "rollback must be 'auto', 'rs' or 'checkpoint' (got '" + o.rollback + "')");
+    }
+}
+
+void validate(const GenerateOptions & g, int32_t session_n_draft) {
+    const auto & s = g.sampling;
+    if (g.max_tokens < 1) {
+        fail(ErrorKind::InvalidOption, "max_tokens must be at least 1 (got " + std::to_string(g.max_tokens) + ")");
+    }
+    if (g.n_draft && (*g.n_draft < 0 || *g.n_draft > session_n_draft)) {
+        fail(ErrorKind::InvalidOption, "per-call n_draft must be between 0 and the session's n_draft (" +
+                                           std::to_string(session_n_draft) + "), got " + std::to_string(*g.n_draft));
+    }
+    if (g.timeout && (!(*g.timeout > 0.0) || std::isinf(*g.timeout))) {
+        fail(ErrorKind::InvalidOption, "timeout must be a positive number of seconds or None");
+    }
+    if (!std::isfinite(s.temp) || s.temp < 0.0f) {
+        fail(ErrorKind::InvalidOption, "temp must be a finite number >= 0 (0 = greedy)");
+    }
+    if (s.top_k < 0) {
+        fail(ErrorKind::InvalidOption, "top_k must be >= 0 (0 = whole vocabulary)");
+    }
+    if (!(s.top_p >= 0.0f && s.top_p <= 1.0f)) {
+        fail(ErrorKind::InvalidOption, "top_p must be in [0, 1]");
+    }
+    if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
+        fail(ErrorKind::InvalidOption, "min_p must be in [0, 1]");
+    }
+    if (!std::isfinite(s.repeat_penalty) || s.repeat_penalty <= 0.0f) {
+        fail(ErrorKind::InvalidOption, "repeat_penalty must be a finite number > 0 (1.0 = off)");
+    }
+    if (!std::isfinite(s.frequency_penalty) || !std::isfinite(s.presence_penalty)) {
+        fail(ErrorKind::InvalidOption, "frequency_penalty and presence_penalty must be finite");
+    }
+    if (s.penalty_last_n < -1) {
+        fail(ErrorKind::InvalidOption, "penalty_last_n must be >= -1 (-1 = whole context)");
+    }
+    for (const auto & stop : g.stop) {
+        if (stop.empty()) {
+            fail(ErrorKind::InvalidOption, "stop strings must not be empty");
+        }
+        if (stop.size() > 1024) {
+            fail(ErrorKind::InvalidOption, "stop strings must be at most 1024 bytes");
+        }
+    }
+    if (g.stop.size() > 64) {
+        fail(ErrorKind::InvalidOption, "at most 64 stop strings are supported");
+    }
+}
+
+// "auto" is llama.cpp's choice (flash attention wherever the backend has it)
+// except on a CPU-only build: ggml's CPU flash-attention kernel walks the KV
+// cache once per query row, so a verify batch of n_draft + 1 rows pays it
+// n_draft + 1 times; without it the KQ product is one matmul. Measured on the
+// default model (benchmarks/flash_attention.py): off is 1.09-1.50x faster for
+// plain decoding and 1.14-1.77x for MTP n_draft=2 at 128-512 tokens.
+// A quantized V cache needs flash attention, so it keeps it.
+llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {
+    if (o.flash_attn) {
+        return *o.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    }
+    const int32_t type_v = cache_type(o.type_v, "type_v");
+    const bool quantized_v = type_v >= 0 && ggml_is_quantized((ggml_type) type_v);
+    if (!has_accelerator() && !quantized_v) return LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    return LLAMA_FLASH_ATTN_TYPE_AUTO;
+}
+
+common_params_sampling to_common_params(const SamplingOptions & s) {
+    common_params_sampling sp;
+    sp.temp = s.temp;
+    sp.top_k = s.top_k;
+    sp.top_p = s.top_p;
+    sp.min_p = s.min_p;
+    sp.seed = s.seed;
+    sp.penalty_repeat = s.repeat_penalty;
+    sp.penalty_freq = s.frequency_penalty;
+    sp.penalty_present = s.presence_penalty;
+    sp.penalty_last_n = s.penalty_last_n;
+    sp.no_perf = true;
+    if (s.grammar && !s.grammar->empty()) {
+        sp.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, *s.grammar);
+    }
+    return sp;
+}
+
+std::string json_schema_grammar(const std::string & schema_json) {
+    try {
+        return json_schema_to_grammar(common_json::parse(schema_json));
+    } catch (const std::exception & e) {
+        fail(ErrorKind::InvalidOption, std::string("cannot turn the JSON schema into a grammar: ") + e.what());
+    }
+}
+
+}  // namespace mtp

@@ -1,0 +1,63 @@
+// Session and generation options as the engine takes them, with their checks.
+// Field names equal those of mtp_llm.options (SessionOptions, GenerationOptions),
+// which fill these structs by name; an unset std::optional is Python's None.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "llama.h"
+#include "sampling.h"
+
+namespace mtp {
+
+struct ContextOptions {
+    int32_t n_draft = 3;
+    int32_t n_ctx = 2048;
+    int32_t n_batch = 512;
+    std::optional<int32_t> n_threads;        // unset = hardware concurrency
+    std::optional<int32_t> n_threads_batch;  // unset = n_threads
+    std::optional<bool> flash_attn;          // unset = auto (off on CPU-only builds)
+    std::optional<std::string> type_k;       // ggml type name ("f16", "q8_0", ...); unset = f16
+    std::optional<std::string> type_v;
+    bool offload_kqv = true;
+    std::string rollback = "auto";           // hybrid targets: "auto" (= "rs"), "rs", "checkpoint"
+};
+
+struct SamplingOptions {
+    float temp = 0.8f;
+    int32_t top_k = 40;
+    float top_p = 0.95f;
+    float min_p = 0.05f;
+    uint32_t seed = LLAMA_DEFAULT_SEED;
+    float repeat_penalty = 1.0f;
+    float frequency_penalty = 0.0f;
+    float presence_penalty = 0.0f;
+    int32_t penalty_last_n = 64;
+    std::optional<std::string> grammar;  // GBNF
+};
+
+struct GenerateOptions {
+    int32_t max_tokens = 256;
+    std::optional<int32_t> n_draft;  // unset = the session's; 0 = plain decoding
+    std::optional<double> timeout;   // seconds; unset = none
+    std::vector<std::string> stop;
+    SamplingOptions sampling;
+};
+
+// Throw Error(InvalidOption) naming the bad value and how to fix it.
+void validate(const ContextOptions & o, int32_t max_draft);
+void validate(const GenerateOptions & g, int32_t session_n_draft);
+
+// ggml type of a cache type name; -1 when unset.
+int32_t cache_type(const std::optional<std::string> & name, const char * option);
+// "auto" is llama.cpp's choice except on CPU-only builds (see options.cpp).
+llama_flash_attn_type resolve_flash_attn(const ContextOptions & o);
+common_params_sampling to_common_params(const SamplingOptions & s);
+
+// GBNF grammar that accepts exactly the JSON documents matching a JSON schema.
+std::string json_schema_grammar(const std::string & schema_json);
+
+}  // namespace mtp

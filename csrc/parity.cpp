@@ -1,0 +1,85 @@
+#include "parity.hpp"
+
+#include <algorithm>
+
+#include "common.h"
+#include "llama-ext.h"
+#include "errors.hpp"
+#include "runtime.hpp"
+
+namespace mtp {
+
+ForwardResult forward_with_head(const Model & target, const Model & head, const std::vector<int32_t> & tokens,
+                                int32_t n_threads) {
+    if (tokens.empty()) {
+        fail(ErrorKind::InvalidPrompt, "forward_with_head needs at least one token");
+    }
+    target.check_tokens(tokens);
+    if (!head.has_mtp_head() || !head.options().load_mtp) {
+        fail(ErrorKind::MissingMtpHead, "the head model has no loaded MTP head (load it with load_mtp=True)");
+    }
+    require_mtp_graph(head);
+    if (head.n_embd() != target.n_embd() || head.n_vocab() != target.n_vocab()) {
+        fail(ErrorKind::IncompatibleDraft, "the head model does not match the target's width or vocabulary");
+    }
+    const int32_t T = (int32_t) tokens.size();
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) std::max(T, 16);
+    cp.n_batch = cp.n_ubatch = (uint32_t) std::max(T, 16);
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = n_threads > 0 ? n_threads : default_threads();
+    cp.no_perf = true;
+    clear_log();
+    llama_context_ptr tgt(llama_init_from_model(target.get(), cp));
+    if (!tgt) {
+        fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create the target context"));
+    }
+    llama_context_params dp = cp;
+    dp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    dp.ctx_other = tgt.get();
+    llama_context_ptr dft(llama_init_from_model(head.get(), dp));
+    if (!dft) {
+        fail(ErrorKind::MissingMtpHead, with_log("llama.cpp could not create the MTP context"));
+    }
+    llama_set_embeddings_nextn(tgt.get(), true, false);
+    llama_set_embeddings_nextn(dft.get(), true, true);
+
+    ForwardResult r;
+    r.n_tokens = T;
+    r.n_vocab = target.n_vocab();
+    r.n_embd = llama_model_n_embd_out(target.get());
+    common_batch batch(tgt.get());
+    for (int32_t i = 0; i < T; ++i) {
+        batch.add(tokens[i], i, 0, true);
+    }
+    if (llama_process(tgt.get(), LLAMA_PROCESS_TYPE_DECODE, batch.get()) != 0) {
+        fail(ErrorKind::Decode, with_log("llama.cpp failed to decode the tokens"));
+    }
+    for (int32_t i = 0; i < T; ++i) {
+        const float * l = llama_get_logits_ith(tgt.get(), i);
+        r.trunk_logits.insert(r.trunk_logits.end(), l, l + r.n_vocab);
+        const float * h = llama_get_embeddings_nextn_ith(tgt.get(), i);
+        r.trunk_hidden.insert(r.trunk_hidden.end(), h, h + r.n_embd);
+    }
+    // The head pairs token i with the target's hidden state at i-1 (zeros for i = 0),
+    // exactly as draft-mtp's process() does.
+    const std::vector<float> zeros(r.n_embd, 0.0f);
+    common_batch head_batch(dft.get());
+    for (int32_t i = 0; i < T; ++i) {
+        const int32_t idx = head_batch.add(tokens[i], i, 0, true);
+        const float * h = i == 0 ? zeros.data() : r.trunk_hidden.data() + (size_t) (i - 1) * r.n_embd;
+        head_batch.set_embd(idx, {h, 1, (size_t) r.n_embd});
+    }
+    if (llama_process(dft.get(), LLAMA_PROCESS_TYPE_DECODE, head_batch.get()) != 0) {
+        fail(ErrorKind::Decode, with_log("llama.cpp failed to run the MTP head"));
+    }
+    for (int32_t i = 0; i < T; ++i) {
+        const float * l = llama_get_logits_ith(dft.get(), i);
+        r.head_logits.insert(r.head_logits.end(), l, l + r.n_vocab);
+        const float * h = llama_get_embeddings_nextn_ith(dft.get(), i);
+        r.head_hidden.insert(r.head_hidden.end(), h, h + r.n_embd);
+    }
+    return r;
+}
+
+}  // namespace mtp

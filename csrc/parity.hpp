@@ -1,0 +1,24 @@
+// Every-position outputs of a target and its MTP head, for checking an exported
+// model against its reference implementation (mtp_llm.parity).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model.hpp"
+
+namespace mtp {
+
+struct ForwardResult {
+    int32_t n_tokens = 0, n_vocab = 0, n_embd = 0;
+    std::vector<float> trunk_logits;  // [n_tokens, n_vocab]
+    std::vector<float> trunk_hidden;  // [n_tokens, n_embd], the post-norm state the head consumes
+    std::vector<float> head_logits;   // [n_tokens, n_vocab]: row i predicts token i+2 from (h_{i-1}, token i)
+    std::vector<float> head_hidden;   // [n_tokens, n_embd]
+};
+
+// `head` is the model holding the MTP head (the target itself, or a sidecar).
+ForwardResult forward_with_head(const Model & target, const Model & head, const std::vector<int32_t> & tokens,
+                                int32_t n_threads);
+
+}  // namespace mtp

@@ -1,0 +1,544 @@
+#include "session.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "errors.hpp"
+#include "log.h"
+#include "runtime.hpp"
+
+namespace mtp {
+
+// ------------------------------------------------------------- lifetime ---
+
+Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, const ContextOptions & opts)
+    : target_(std::move(target)), draft_model_(std::move(draft)), opts_(opts) {
+    validate(opts_, kMaxDraftPositions);
+    if (target_->is_mtp_sidecar()) {
+        fail(ErrorKind::ModelLoad, "'" + target_->path() + "' is an MTP sidecar (head only, no trunk): "
+                                   "load the trunk model as the target and pass this file as draft_model");
+    }
+    create_contexts(opts_.n_draft > 0 ? check_head() : nullptr);
+}
+
+Session::~Session() = default;
+
+const Model * Session::check_head() const {
+    if (draft_model_) {
+        if (!draft_model_->options().load_mtp) {
+            fail(ErrorKind::MissingMtpHead, "draft_model was loaded with load_mtp=False: "
+                                            "load it with Model.load(path, load_mtp=True)");
+        }
+        if (!draft_model_->has_mtp_head()) {
+            fail(ErrorKind::MissingMtpHead, "draft_model '" + draft_model_->path() + "' has no MTP head tensors "
+                                            "(pass an mtp-*.gguf sidecar or a model with an embedded head)");
+        }
+        require_mtp_graph(*draft_model_);
+        if (draft_model_->n_embd() != target_->n_embd()) {
+            fail(ErrorKind::IncompatibleDraft,
+                 "draft_model hidden size " + std::to_string(draft_model_->n_embd()) + " does not match the target's " +
+                 std::to_string(target_->n_embd()) + ": use the sidecar made for this target");
+        }
+        if (draft_model_->n_vocab() != target_->n_vocab()) {
+            fail(ErrorKind::IncompatibleDraft,
+                 "draft_model vocabulary size " + std::to_string(draft_model_->n_vocab()) + " does not match the target's " +
+                 std::to_string(target_->n_vocab()) + ": use the sidecar made for this target");
+        }
+        if (draft_model_->architecture() != target_->architecture()) {
+            fail(ErrorKind::IncompatibleDraft, "draft_model architecture '" + draft_model_->architecture() +
+                                                   "' does not match the target's '" + target_->architecture() + "'");
+        }
+        return draft_model_.get();
+    }
+    if (target_->info().n_nextn == 0) {
+        fail(ErrorKind::MissingMtpHead,
+             "'" + target_->path() + "' has no MTP head: pass draft_model=Model.load('mtp-....gguf') "
+             "with its sidecar head, or n_draft=0 for plain decoding");
+    }
+    require_mtp_graph(*target_);
+    if (!target_->info().has_mtp_tensors) {
+        fail(ErrorKind::MissingMtpHead,
+             "'" + target_->path() + "' is a trunk-only model (its MTP head is stored in a separate "
+             "mtp-*.gguf file): pass draft_model=Model.load('mtp-....gguf')");
+    }
+    if (!target_->options().load_mtp) {
+        fail(ErrorKind::MissingMtpHead, "the target was loaded with load_mtp=False, so its MTP head is "
+                                        "not in memory: load it with Model.load(path, load_mtp=True) "
+                                        "or use n_draft=0");
+    }
+    return target_.get();
+}
+
+void Session::create_contexts(const Model * head) {
+    ensure_backend();
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) opts_.n_ctx;
+    cp.n_batch = (uint32_t) opts_.n_batch;
+    cp.n_ubatch = (uint32_t) opts_.n_batch;
+    cp.n_seq_max = 1;
+    cp.n_threads = opts_.n_threads.value_or(default_threads());
+    cp.n_threads_batch = opts_.n_threads_batch.value_or(cp.n_threads);
+    flash_attn_type_ = resolve_flash_attn(opts_);
+    cp.flash_attn_type = flash_attn_type_;
+    if (const int32_t t = cache_type(opts_.type_k, "type_k"); t >= 0) cp.type_k = (ggml_type) t;
+    if (const int32_t t = cache_type(opts_.type_v, "type_v"); t >= 0) cp.type_v = (ggml_type) t;
+    cp.offload_kqv = opts_.offload_kqv;
+    cp.no_perf = true;
+    cp.abort_callback = &Session::abort_cb;
+    cp.abort_callback_data = this;
+    cp.n_outputs_max = 0;
+    cp.n_rs_seq = head != nullptr && opts_.rollback != "checkpoint" ? (uint32_t) opts_.n_draft : 0;
+
+    clear_log();
+    ctx_tgt_.reset(llama_init_from_model(target_->get(), cp));
+    if (!ctx_tgt_) {
+        fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create the target context (n_ctx=" +
+                                            std::to_string(opts_.n_ctx) + ")"));
+    }
+    if ((int32_t) llama_n_batch(ctx_tgt_.get()) < opts_.n_draft + 1) {
+        fail(ErrorKind::InvalidOption, "the verify batch needs n_draft + 1 = " + std::to_string(opts_.n_draft + 1) +
+                                           " tokens but the context allows " +
+                                           std::to_string(llama_n_batch(ctx_tgt_.get())) + ": raise n_ctx or n_batch");
+    }
+    seq_rm_tgt_ = common_context_can_seq_rm(ctx_tgt_.get());
+    batch_ = common_batch(ctx_tgt_.get());
+    accepted_batch_ = common_batch(ctx_tgt_.get());
+    if (head == nullptr) {
+        return;
+    }
+
+    llama_context_params dp = cp;
+    dp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    dp.ctx_other = ctx_tgt_.get();
+    dp.n_rs_seq = 0;
+    clear_log();
+    ctx_dft_.reset(llama_init_from_model(head->get(), dp));
+    if (!ctx_dft_) {
+        fail(ErrorKind::MissingMtpHead, with_log("llama.cpp could not create the MTP draft context for '" +
+                                                 head->path() + "'"));
+    }
+    seq_rm_dft_ = common_context_can_seq_rm(ctx_dft_.get());
+
+    spec_params_.types = {COMMON_SPECULATIVE_TYPE_DRAFT_MTP};
+    spec_params_.draft.n_max = opts_.n_draft;
+    spec_params_.draft.n_min = 0;
+    spec_params_.draft.p_min = 0.0f;
+    spec_params_.draft.ctx_tgt = ctx_tgt_.get();
+    spec_params_.draft.ctx_dft = ctx_dft_.get();
+    spec_.reset(common_speculative_init(spec_params_, 1));
+    if (!spec_) {
+        fail(ErrorKind::MissingMtpHead, with_log("llama.cpp could not initialise draft-mtp speculation"));
+    }
+}
+
+int32_t Session::n_ctx() const { return (int32_t) llama_n_ctx(ctx_tgt_.get()); }
+
+std::string Session::flash_attn() const {
+    switch (flash_attn_type_) {
+        case LLAMA_FLASH_ATTN_TYPE_ENABLED: return "on";
+        case LLAMA_FLASH_ATTN_TYPE_DISABLED: return "off";
+        default: return "auto";
+    }
+}
+
+std::string Session::rollback_mode() const {
+    if (!spec_) {
+        return "none";  // plain decoding never rolls back
+    }
+    switch (seq_rm_tgt_) {
+        case COMMON_CONTEXT_SEQ_RM_TYPE_NO: return "none";
+        case COMMON_CONTEXT_SEQ_RM_TYPE_PART: return "partial";
+        case COMMON_CONTEXT_SEQ_RM_TYPE_FULL: return "checkpoint";
+        case COMMON_CONTEXT_SEQ_RM_TYPE_RS: return "rs";
+    }
+    return "unknown";
+}
+
+bool Session::abort_cb(void * data) {
+    auto * self = static_cast<Session *>(data);
+    if (self->cancel_requested_.load(std::memory_order_relaxed)) {
+        return true;
+    }
+    const int64_t deadline = self->deadline_us_.load(std::memory_order_relaxed);
+    return deadline > 0 && now_us() > deadline;
+}
+
+void Session::check_deadline() {
+    if (cancel_requested_.load()) {
+        fail(ErrorKind::Cancelled, "generation was cancelled");
+    }
+    const int64_t deadline = deadline_us_.load();
+    if (deadline > 0 && now_us() > deadline) {
+        fail(ErrorKind::Timeout, "generation exceeded its timeout");
+    }
+}
+
+void Session::decode_or_throw(llama_context * ctx, common_batch & batch, const char * what) {
+    const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+    if (rc == 2) {
+        check_deadline();
+        fail(ErrorKind::Cancelled, "generation was aborted");
+    }
+    if (rc != 0) {
+        fail(ErrorKind::Decode, with_log(std::string("llama.cpp failed to decode the ") + what +
+                                         " (code " + std::to_string(rc) + ")"));
+    }
+}
+
+void Session::record(const Counters & c) {
+    call_.add(c);
+    total_.add(c);
+}
+
+// ----------------------------------------------------------- generation ---
+
+void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions & g) {
+    if (active_.exchange(true)) {
+        fail(ErrorKind::Busy, "a generation is already running on this session: finish or close it first, "
+                              "or use one session per concurrent generation");
+    }
+    try {
+        validate(g, opts_.n_draft);
+        if (prompt.empty()) {
+            fail(ErrorKind::InvalidPrompt, "prompt is empty: pass at least one token or a non-empty string");
+        }
+        target_->check_tokens(prompt);
+        const int64_t need = (int64_t) prompt.size() + g.max_tokens;
+        if (need > n_ctx()) {
+            fail(ErrorKind::ContextOverflow,
+                 "prompt (" + std::to_string(prompt.size()) + " tokens) plus max_tokens (" +
+                     std::to_string(g.max_tokens) + ") exceeds n_ctx (" + std::to_string(n_ctx()) +
+                     "): shorten the prompt, lower max_tokens or create the session with a larger n_ctx");
+        }
+
+        const bool has_grammar = g.sampling.grammar && !g.sampling.grammar->empty();
+        clear_log();
+        common_params_sampling sampling = to_common_params(g.sampling);
+        try {
+            sampler_.reset(common_sampler_init(target_->get(), sampling));
+        } catch (const std::exception & e) {
+            fail(has_grammar ? ErrorKind::Grammar : ErrorKind::InvalidOption,
+                 with_log(std::string("invalid sampling options: ") + e.what()));
+        }
+        if (!sampler_) {
+            fail(ErrorKind::Grammar, with_log("the grammar does not parse (GBNF syntax error)"));
+        }
+
+        cancel_requested_.store(false);
+        // Timeouts beyond ~30 years are treated as none (and cannot overflow).
+        const double timeout = g.timeout.value_or(0.0);
+        deadline_us_.store(timeout > 0.0 && timeout < 1e9 ? now_us() + (int64_t) (timeout * 1e6) : 0);
+        active_n_draft_.store(spec_ ? g.n_draft.value_or(opts_.n_draft) : 0, std::memory_order_relaxed);
+        max_tokens_ = g.max_tokens;
+        produced_ = 0;
+        text_.reset(g.stop);
+        draft_tokens_.clear();
+        ckpt_.clear();
+        replay_pending_ = false;
+        finished_ = false;
+        first_token_seen_ = false;
+
+        llama_memory_clear(llama_get_memory(ctx_tgt_.get()), true);
+        if (ctx_dft_) {
+            llama_memory_clear(llama_get_memory(ctx_dft_.get()), true);
+        }
+        prompt_.assign(prompt.begin(), prompt.end() - 1);
+        prompt_done_ = 0;
+        id_last_ = prompt.back();
+        context_tokens_.clear();
+        context_tokens_.reserve(n_ctx());
+        n_past_ = 0;
+        prompt_phase_ = true;
+        call_.reset();
+        Counters c;
+        c.prompt_tokens = prompt.size();
+        c.generations = 1;
+        record(c);
+        t_begin_us_ = now_us();
+    } catch (...) {
+        sampler_.reset();
+        active_.store(false);
+        throw;
+    }
+}
+
+void Session::end() {
+    sampler_.reset();
+    deadline_us_.store(0);
+    cancel_requested_.store(false);
+    active_.store(false);
+}
+
+StepResult Session::step() {
+    StepResult out;
+    if (!active_.load()) {
+        fail(ErrorKind::Busy, "no generation is running: call begin() first");
+    }
+    if (finished_) {
+        out.finished = true;
+        return out;
+    }
+    check_deadline();
+    if (prompt_phase_) {
+        process_prompt_chunk();
+        return out;
+    }
+    speculative_iteration(out);
+    return out;
+}
+
+void Session::process_prompt_chunk() {
+    Counters c;
+    {
+        ScopedTimer timer(c.t_prompt_us);
+        const size_t n = std::min(prompt_.size() - prompt_done_, (size_t) llama_n_batch(ctx_tgt_.get()));
+        if (n > 0) {
+            batch_.clear();
+            for (size_t i = 0; i < n; ++i) {
+                batch_.add(prompt_[prompt_done_ + i], (llama_pos) (prompt_done_ + i), 0, false);
+            }
+            decode_or_throw(ctx_tgt_.get(), batch_, "prompt");
+            if (drafting() && !common_speculative_process(spec_.get(), batch_)) {
+                check_deadline();
+                fail(ErrorKind::Decode, with_log("the MTP head failed to process the prompt"));
+            }
+            for (size_t i = 0; i < n; ++i) {
+                common_sampler_accept(sampler_.get(), prompt_[prompt_done_ + i], false);
+            }
+            prompt_done_ += n;
+        }
+        if (prompt_done_ == prompt_.size()) {
+            context_tokens_.assign(prompt_.begin(), prompt_.end());
+            n_past_ = (int32_t) prompt_.size();
+            if (drafting()) {
+                common_speculative_begin(spec_.get(), 0, context_tokens_);
+            }
+            prompt_phase_ = false;
+        }
+    }
+    record(c);
+}
+
+// ------------------------------------------------- draft/verify iteration ---
+//
+// draft -> verify -> accept -> catch up the head -> commit, or, on a partial
+// acceptance of a target that cannot roll back in place, restore the checkpoint
+// and re-verify the accepted tokens next step (a replay).
+
+void Session::speculative_iteration(StepResult & out) {
+    Counters c;
+    {
+        ScopedTimer timer(c.t_total_us);
+        const bool is_replay = replay_pending_;
+        replay_pending_ = false;
+        if (!is_replay) {
+            draft(c);
+        }
+        verify(c);
+        c.iters = 1;
+        common_sampler_ptr sampler_before;
+        std::vector<llama_token> ids = accept(sampler_before, c);
+        const size_t n_draft = draft_tokens_.size();
+        const size_t n_accepted = ids.size() - 1;
+        const bool must_restore = checkpoints_target() && n_accepted < n_draft;
+        if (drafting() && !must_restore) {
+            catch_up_head(n_accepted, c);
+        }
+        if (is_replay) {
+            c.replays = 1;
+        } else {
+            c.drafts_generated = n_draft;
+            c.drafts_accepted = n_accepted;
+            for (size_t i = 0; i < n_draft && i < (size_t) kMaxDraftPositions; ++i) {
+                c.drafted_at[i] = 1;
+                c.accepted_at[i] = i < n_accepted ? 1 : 0;
+            }
+        }
+        if (must_restore) {
+            restore_checkpoint(std::move(ids), std::move(sampler_before), c);
+        } else {
+            commit(ids, n_accepted, out, c);
+        }
+    }
+    record(c);
+}
+
+// Proposes up to active_n_draft_ tokens with the MTP head (checkpointing a
+// target that cannot roll back in place first).
+void Session::draft(Counters & c) {
+    draft_tokens_.clear();
+    if (!drafting()) {
+        return;
+    }
+    llama_context * ctx_tgt = ctx_tgt_.get();
+    llama_context * ctx_dft = ctx_dft_.get();
+    // Checkpoint work is timed apart only where checkpoints exist.
+    uint64_t & ckpt_bucket = checkpoints_target() || checkpoints_head() ? c.t_ckpt_us : c.t_draft_us;
+    {
+        ScopedTimer timer(ckpt_bucket);
+        ckpt_.update_pos((int64_t) context_tokens_.size(),
+                         llama_memory_seq_pos_min(llama_get_memory(ctx_tgt), 0),
+                         llama_memory_seq_pos_max(llama_get_memory(ctx_tgt), 0));
+        if (checkpoints_head()) {
+            ckpt_.update_dft(ctx_dft, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+        }
+    }
+    {
+        ScopedTimer timer(c.t_draft_us);
+        const int32_t n_max = std::max(0, std::min({n_ctx() - n_past_ - 2, max_tokens_ - produced_ - 1,
+                                                    active_n_draft_.load(std::memory_order_relaxed)}));
+        if (n_max > 0) {
+            common_speculative_draft_params & dp = common_speculative_get_draft_params(spec_.get(), 0);
+            dp.drafting = true;
+            dp.n_max = n_max;
+            dp.pos0 = n_past_;
+            dp.id_last = id_last_;
+            dp.prompt = &context_tokens_;
+            dp.result = &draft_tokens_;
+            common_speculative_draft(spec_.get());
+            if ((int32_t) draft_tokens_.size() > n_max) {
+                draft_tokens_.resize(n_max);
+            }
+        }
+    }
+    {
+        ScopedTimer timer(ckpt_bucket);
+        if (!draft_tokens_.empty() && checkpoints_target()) {
+            ckpt_.update_tgt(ctx_tgt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+        }
+        if (checkpoints_head()) {
+            ckpt_.load_dft(ctx_dft, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+        }
+        llama_memory_seq_rm(llama_get_memory(ctx_dft), 0, ckpt_.pos_max + 1, -1);
+    }
+}
+
+// Runs the target on [id_last, drafts...].
+void Session::verify(Counters & c) {
+    ScopedTimer timer(c.t_verify_us);
+    batch_.clear();
+    batch_.add(id_last_, n_past_, 0, true);
+    for (size_t i = 0; i < draft_tokens_.size(); ++i) {
+        batch_.add(draft_tokens_[i], n_past_ + 1 + (llama_pos) i, 0, true);
+    }
+    decode_or_throw(ctx_tgt_.get(), batch_, "verify batch");
+}
+
+// Samples the target's tokens along the drafts: the accepted drafts plus one
+// token of the target's own. `sampler_before` keeps the sampler state for a
+// checkpoint restore.
+std::vector<llama_token> Session::accept(common_sampler_ptr & sampler_before, Counters & c) {
+    ScopedTimer timer(c.t_sample_us);
+    if (checkpoints_target() && !draft_tokens_.empty()) {
+        sampler_before.reset(common_sampler_clone(sampler_.get()));
+    }
+    return common_sampler_sample_and_accept_n(sampler_.get(), ctx_tgt_.get(), draft_tokens_);
+}
+
+// The head catches up on [id_last, accepted drafts] only: rows past the first
+// rejection would be trimmed from its cache right after.
+void Session::catch_up_head(size_t n_accepted, Counters & c) {
+    ScopedTimer timer(c.t_draft_us);
+    const common_batch * rows = &batch_;
+    if (n_accepted < draft_tokens_.size()) {
+        accepted_batch_.clear();
+        for (size_t i = 0; i <= n_accepted; ++i) {
+            accepted_batch_.add(batch_.tokens[i].id, batch_.tokens[i].pos[0], 0, true);
+        }
+        rows = &accepted_batch_;
+    }
+    if (!common_speculative_process(spec_.get(), *rows)) {
+        check_deadline();
+        fail(ErrorKind::Decode, with_log("the MTP head failed to process the verify batch"));
+    }
+}
+
+// Partial acceptance without in-place rollback: back to the checkpoint, and the
+// accepted tokens are verified again next step as a replay (not new drafts).
+void Session::restore_checkpoint(std::vector<llama_token> ids, common_sampler_ptr sampler_before, Counters & c) {
+    ScopedTimer timer(c.t_ckpt_us);
+    llama_context * ctx_dft = ctx_dft_.get();
+    draft_tokens_ = std::move(ids);
+    ckpt_.load_tgt(ctx_tgt_.get(), 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+    llama_memory_seq_rm(llama_get_memory(ctx_tgt_.get()), 0, ckpt_.pos_max + 1, -1);
+    if (ctx_dft) {
+        ckpt_.load_dft(ctx_dft, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+        llama_memory_seq_rm(llama_get_memory(ctx_dft), 0, ckpt_.pos_max + 1, -1);
+    }
+    context_tokens_.resize(ckpt_.n_tokens);
+    sampler_ = std::move(sampler_before);
+    n_past_ = (int32_t) context_tokens_.size();
+    replay_pending_ = true;
+}
+
+// Keeps the accepted tokens in both caches, drops the rejected rows, and emits
+// the committed tokens.
+void Session::commit(const std::vector<llama_token> & ids, size_t n_accepted, StepResult & out, Counters & c) {
+    if (drafting()) {
+        common_speculative_accept(spec_.get(), 0, (uint16_t) n_accepted);
+    }
+    n_past_ += (int32_t) ids.size();
+    draft_tokens_.clear();
+    llama_memory_seq_rm(llama_get_memory(ctx_tgt_.get()), 0, n_past_, -1);
+    if (ctx_dft_) {
+        llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), 0, n_past_, -1);
+    }
+    const size_t before = out.tokens.size();
+    commit_tokens(ids, out);
+    c.tokens_emitted = out.tokens.size() - before;
+    if (!first_token_seen_ && !out.tokens.empty()) {
+        first_token_seen_ = true;
+        c.t_first_token_us = (uint64_t) (now_us() - t_begin_us_);
+    }
+}
+
+void Session::commit_tokens(const std::vector<llama_token> & ids, StepResult & out) {
+    for (llama_token id : ids) {
+        context_tokens_.push_back(id_last_);
+        id_last_ = id;
+        if (target_->is_eog(id)) {
+            out.tokens.push_back({id, ""});
+            finish(out, "eog");
+            return;
+        }
+        bool stopped = false;
+        std::string text = text_.push(common_token_to_piece(ctx_tgt_.get(), id, false), stopped);
+        out.tokens.push_back({id, std::move(text)});
+        ++produced_;
+        if (stopped) {
+            finish(out, "stop");
+            return;
+        }
+        if (produced_ >= max_tokens_) {
+            finish(out, "length");
+            return;
+        }
+    }
+}
+
+void Session::finish(StepResult & out, const std::string & reason) {
+    if (reason != "stop") {
+        std::string rest = text_.flush();
+        if (!rest.empty() && !out.tokens.empty()) {
+            out.tokens.back().text += rest;
+        }
+    }
+    finished_ = true;
+    out.finished = true;
+    out.finish_reason = reason;
+}
+
+void Session::print_stats() const {
+    if (!spec_) {
+        return;
+    }
+    const int thold = common_log_get_verbosity_thold();
+    common_log_set_verbosity_thold(LOG_LEVEL_TRACE);
+    common_speculative_print_stats(spec_.get());
+    common_log_flush(common_log_main());
+    common_log_set_verbosity_thold(thold);
+    std::fflush(stdout);
+    std::fflush(stderr);
+}
+
+}  // namespace mtp
