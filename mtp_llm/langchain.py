@@ -40,13 +40,10 @@ Tool calling:
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -56,12 +53,10 @@ from langchain_core.callbacks import (
     CallbackManager,
     CallbackManagerForLLMRun,
 )
-from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel, BaseLLM, LanguageModelInput
 from langchain_core.language_models.chat_models import generate_from_stream
 from langchain_core.messages import (
-    LC_ID_PREFIX,
     AIMessage,
     AIMessageChunk,
     BaseMessage,
@@ -79,7 +74,7 @@ from langchain_core.outputs import (
     GenerationChunk,
     LLMResult,
 )
-from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -99,15 +94,14 @@ from ._integration import (
     tool_call_grammar,
     tools_system_prompt,
 )
+from ._langchain_runs import Targeter, areport, report, run_target, stream_target, streaming_config
 from .errors import InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
 from .session import MTP
-from .stats import STATS_KEY, MTPStats
+from .stats import STATS_KEY
 
 __all__ = ["MTPLLM", "STATS_KEY", "ChatMTP", "MTPEmbeddings", "MTPStatsHandler"]
-
-logger = logging.getLogger(__name__)
 
 _PROVIDER = "mtp_llm"
 # Keyword arguments LangChain passes through to the model that are not generation options.
@@ -271,135 +265,21 @@ class _MTPParams(BaseModel):
         return {k: v for k, v in params.items() if v is not None}
 
 
-def _custom_event_data(stats: MTPStats, final: bool) -> dict[str, Any]:
-    return {"stats": stats_payload(stats), "final": final}
-
-
-_stream_config: ContextVar[RunnableConfig | None] = ContextVar("mtp_llm_stream_config", default=None)
-"""The config of the ChatMTP ``stream``/``astream`` call being set up (LangChain
-calls a chat model's ``_stream`` without its run manager)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Target:
-    """Where a call's stats go: the handlers of its LLM run, and the run's id."""
-
-    handlers: list[BaseCallbackHandler]
-    inheritable: list[BaseCallbackHandler]
-    tags: list[str]
-    metadata: dict[str, Any]
-    run_id: uuid.UUID
-
-    def manager(self, cls: type[Any]) -> Any:
-        """A (sync or async) callback manager whose events belong to the run."""
-        return cls(
-            handlers=self.handlers,
-            inheritable_handlers=self.inheritable,
-            parent_run_id=self.run_id,
-            tags=self.tags,
-            metadata=self.metadata,
-        )
-
-    @classmethod
-    def of(cls, run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None) -> _Target | None:
-        if run_manager is None:
-            return None
-        return cls(
-            run_manager.handlers,
-            run_manager.inheritable_handlers,
-            run_manager.tags,
-            run_manager.metadata,
-            run_manager.run_id,
-        )
-
-    @classmethod
-    def rebuilt(cls, owner: BaseChatModel, config: RunnableConfig | None, message_id: str | None) -> _Target | None:
-        """The run's handlers as ``stream()`` configured them; the run id LangChain wrote
-        into the first yielded message's id (``lc_run--<uuid>``)."""
-        if config is None or not message_id or not message_id.startswith(LC_ID_PREFIX):
-            return None
-        try:
-            run_id = uuid.UUID(message_id[len(LC_ID_PREFIX) + 1 :])
-        except ValueError:
-            return None
-        manager = CallbackManager.configure(
-            config.get("callbacks"),
-            owner.callbacks,
-            owner.verbose,
-            config.get("tags"),
-            owner.tags,
-            config.get("metadata"),
-            owner.metadata,
-        )
-        return cls(manager.handlers, manager.inheritable_handlers, manager.tags, manager.metadata, run_id)
-
-
-def _add_trace_metadata(target: _Target, stats: MTPStats) -> None:
-    """Put the stats into the LangSmith run's metadata while the run is still open.
-
-    LangChain has no public API for this: the tracer's ``run_map`` holds the run
-    tree, whose ``add_metadata`` feeds the posted ``extra.metadata``. Guarded so a
-    LangSmith change can only lose the metadata, never break a call.
-    """
-    try:
-        from langchain_core.tracers.langchain import LangChainTracer
-    except ImportError:  # pragma: no cover
-        return
-    for handler in target.handlers:
-        if not isinstance(handler, LangChainTracer):
-            continue
-        try:
-            run = handler.run_map.get(str(target.run_id))
-            add = getattr(run, "add_metadata", None)
-            if callable(add):
-                add({STATS_KEY: stats_payload(stats)})
-        except Exception:
-            logger.debug("could not add mtp stats to the LangSmith run", exc_info=True)
-
-
-def _report(target: _Target | None, stats: MTPStats, final: bool) -> None:
-    """Fire the ``mtp_stats`` custom event (and, at the end, the trace metadata)."""
-    data = _custom_event_data(stats, final)
-    if target is None:
-        # No run known (a chat model's invoke-time streaming): attach to the enclosing run, if any.
-        try:
-            dispatch_custom_event(STATS_KEY, data)
-        except RuntimeError:
-            pass
-        return
-    target.manager(CallbackManager).on_custom_event(STATS_KEY, data, run_id=target.run_id)
-    if final:
-        _add_trace_metadata(target, stats)
-
-
-async def _areport(target: _Target | None, stats: MTPStats, final: bool) -> None:
-    """Async :func:`_report`."""
-    data = _custom_event_data(stats, final)
-    if target is None:
-        try:
-            await adispatch_custom_event(STATS_KEY, data)
-        except RuntimeError:
-            pass
-        return
-    await target.manager(AsyncCallbackManager).on_custom_event(STATS_KEY, data, run_id=target.run_id)
-    if final:
-        _add_trace_metadata(target, stats)
-
-
 class _Chunker:
     """Turns translated events into LangChain chunks (one subclass per model type)."""
 
     first: Any = None
     """The first chunk handed out (LangChain writes the run id into chat chunks)."""
 
+    def first_message_id(self) -> str | None:
+        """The first chat chunk's message id, once LangChain has set it."""
+        return self.first.message.id if self.first is not None else None
+
     def token(self, event: TokenEvent) -> Any:
         raise NotImplementedError
 
     def done(self, event: DoneEvent) -> Any:
         raise NotImplementedError
-
-
-Targeter = Callable[[], "_Target | None"]
 
 
 def _drive(
@@ -420,9 +300,9 @@ def _drive(
                 token_callback.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
         elif kind is StatsEvent:
-            _report(target(), event.stats, final=False)  # type: ignore[union-attr]
+            report(target(), event.stats, final=False)  # type: ignore[union-attr]
         elif kind is DoneEvent:
-            _report(target(), event.stats, final=True)  # type: ignore[union-attr]
+            report(target(), event.stats, final=True)  # type: ignore[union-attr]
             yield chunker.done(event)  # type: ignore[arg-type]
 
 
@@ -443,9 +323,9 @@ async def _adrive(
                 await token_callback.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
         elif kind is StatsEvent:
-            await _areport(target(), event.stats, final=False)  # type: ignore[union-attr]
+            await areport(target(), event.stats, final=False)  # type: ignore[union-attr]
         elif kind is DoneEvent:
-            await _areport(target(), event.stats, final=True)  # type: ignore[union-attr]
+            await areport(target(), event.stats, final=True)  # type: ignore[union-attr]
             yield chunker.done(event)  # type: ignore[arg-type]
 
 
@@ -514,8 +394,8 @@ class MTPLLM(_MTPParams, BaseLLM):
         **kwargs: Any,
     ) -> Iterator[GenerationChunk]:
         options = self._call_options(stop, kwargs)
-        target = _Target.of(run_manager)
-        for chunk in _drive(self.client.stream_events(prompt, **options), _TextChunker(), lambda: target, run_manager):
+        events = self.client.stream_events(prompt, **options)
+        for chunk in _drive(events, _TextChunker(), run_target(run_manager), run_manager):
             if (kept := _mergeable(chunk)) is not None:
                 yield kept
 
@@ -527,9 +407,8 @@ class MTPLLM(_MTPParams, BaseLLM):
         **kwargs: Any,
     ) -> AsyncIterator[GenerationChunk]:
         options = self._call_options(stop, kwargs)
-        target = _Target.of(run_manager)
         events = self.client.astream_events(prompt, **options)
-        async for chunk in _adrive(events, _TextChunker(), lambda: target, run_manager):
+        async for chunk in _adrive(events, _TextChunker(), run_target(run_manager), run_manager):
             if (kept := _mergeable(chunk)) is not None:
                 yield kept
 
@@ -788,12 +667,8 @@ class ChatMTP(_MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[AIMessageChunk]:
         """See ``BaseChatModel.stream``; also lets the stats reach this run's handlers."""
-        config = _pinned(config, CallbackManager)
-        _stream_config.set(config)
-        try:
+        with streaming_config(config, CallbackManager) as config:
             yield from super().stream(input, config, stop=stop, **kwargs)
-        finally:
-            _stream_config.set(None)
 
     async def astream(
         self,
@@ -804,31 +679,9 @@ class ChatMTP(_MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[AIMessageChunk]:
         """See ``BaseChatModel.astream``; also lets the stats reach this run's handlers."""
-        config = _pinned(config, AsyncCallbackManager)
-        _stream_config.set(config)
-        try:
+        with streaming_config(config, AsyncCallbackManager) as config:
             async for chunk in super().astream(input, config, stop=stop, **kwargs):
                 yield chunk
-        finally:
-            _stream_config.set(None)
-
-    def _stream_target(
-        self, run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None, chunker: _Chunker
-    ) -> Targeter:
-        """Where the stats of a streamed call go. LangChain calls a chat model's
-        ``_stream`` without its run manager: the handlers are rebuilt from the config
-        :meth:`stream` saw, and the run id is read back from the first chunk's id."""
-        if run_manager is not None:
-            target = _Target.of(run_manager)
-            return lambda: target
-        config = _stream_config.get()
-        _stream_config.set(None)  # read once: a nested call must not see this call's config
-
-        def find() -> _Target | None:
-            first = chunker.first
-            return _Target.rebuilt(self, config, first.message.id if first is not None else None)
-
-        return find
 
     def _stream(
         self,
@@ -838,7 +691,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
-        target = self._stream_target(run_manager, chunker)
+        target = stream_target(self, run_manager, chunker.first_message_id)
         yield from _drive(self.client.stream_events(prompt, **options), chunker, target, None)
 
     async def _astream(
@@ -849,7 +702,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
-        target = self._stream_target(run_manager, chunker)
+        target = stream_target(self, run_manager, chunker.first_message_id)
         async for chunk in _adrive(self.client.astream_events(prompt, **options), chunker, target, None):
             yield chunk
 
@@ -861,8 +714,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
-        target = _Target.of(run_manager)
-        chunks = list(_drive(self.client.stream_events(prompt, **options), chunker, lambda: target, run_manager))
+        chunks = list(_drive(self.client.stream_events(prompt, **options), chunker, run_target(run_manager), run_manager))
         return _chat_result(chunks)
 
     async def _agenerate(
@@ -874,17 +726,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
     ) -> ChatResult:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
         events = self.client.astream_events(prompt, **options)
-        target = _Target.of(run_manager)
-        return _chat_result([c async for c in _adrive(events, chunker, lambda: target, run_manager)])
-
-
-def _pinned(config: RunnableConfig | None, manager_cls: type[Any]) -> RunnableConfig:
-    """The config with its callbacks configured once, so that handlers LangChain adds from
-    the environment (the LangSmith tracer) are the same instances for the run and for
-    the stats reported to it."""
-    config = ensure_config(config)
-    config["callbacks"] = manager_cls.configure(config.get("callbacks"))
-    return config
+        return _chat_result([c async for c in _adrive(events, chunker, run_target(run_manager), run_manager)])
 
 
 def _chat_result(chunks: list[ChatGenerationChunk]) -> ChatResult:
