@@ -20,11 +20,12 @@ from typing import Any
 from . import _core
 from .errors import InvalidOptionError
 from .model import Model
-from .options import GenerationOptions, normalize_stop
+from .options import GenerationOptions, SessionOptions, normalize_stop
 from .session import MTP
 from .stats import STATS_KEY, MTPStats
 
 __all__ = [
+    "CALL_ONLY_OPTIONS",
     "DEFAULT_CHAT_TEMPLATE",
     "OPTION_ATTRIBUTES",
     "STATS_KEY",
@@ -33,11 +34,12 @@ __all__ = [
     "call_options",
     "chat_prompt",
     "format_tool_call",
+    "get_model",
     "get_session",
-    "merge_options",
     "parse_tool_output",
     "partial_tool_response",
     "resolve_chat_template",
+    "resolve_model_path",
     "stats_payload",
     "tool_call_grammar",
     "tools_system_prompt",
@@ -51,21 +53,28 @@ class EngineSpec:
     model_path: str | None = None
     """GGUF path; None = the built-in default model."""
     draft_model_path: str | None = None
-    n_draft: int = 3
-    n_ctx: int = 2048
-    n_batch: int = 512
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    flash_attn: bool | None = None
+    """Sidecar GGUF holding the MTP head (``mtp-*.gguf``), if any."""
     n_gpu_layers: int = 0
     use_mmap: bool = True
+    session_options: SessionOptions = dataclasses.field(default_factory=SessionOptions)
+    """What the session is created with."""
 
-    def resolved_model_path(self) -> str:
-        if self.model_path is None:
-            from .default_model import default_model_path
+    @classmethod
+    def of(cls, instance: object) -> EngineSpec:
+        """The spec of an integration instance, read by field name: its attributes named
+        like this class's fields and like every :class:`SessionOptions` field."""
+        loading = {f.name: getattr(instance, f.name) for f in dataclasses.fields(cls) if f.name != "session_options"}
+        session = {f.name: getattr(instance, f.name) for f in dataclasses.fields(SessionOptions)}
+        return cls(**loading, session_options=SessionOptions(**session))
 
-            return str(default_model_path())
-        return os.path.realpath(os.fspath(self.model_path))
+
+def resolve_model_path(model_path: str | None) -> str:
+    """The real path of a GGUF file; None = the built-in default model."""
+    if model_path is None:
+        from .default_model import default_model_path
+
+        return str(default_model_path())
+    return os.path.realpath(os.fspath(model_path))
 
 
 _lock = threading.Lock()
@@ -85,44 +94,29 @@ def get_model(path: str, *, load_mtp: bool = True, n_gpu_layers: int = 0, use_mm
     return model
 
 
-def get_session(spec: EngineSpec) -> MTP:
-    """The session for ``spec``, created on first use and shared afterwards."""
+def get_session(spec: EngineSpec, model: Model | None = None) -> MTP:
+    """The session for ``spec``: loaded from ``spec.model_path``, created on first use and
+    shared by equal specs; or, on an already loaded ``model`` (which replaces
+    ``spec.model_path``), a new session for the caller alone."""
+    if model is not None:
+        return _new_session(model, spec)
     with _lock:
         session = _sessions.get(spec)
     if session is not None:
         return session
-    model = get_model(spec.resolved_model_path(), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap)
+    model = get_model(resolve_model_path(spec.model_path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap)
+    session = _new_session(model, spec)
+    with _lock:
+        return _sessions.setdefault(spec, session)
+
+
+def _new_session(model: Model, spec: EngineSpec) -> MTP:
     draft = (
         get_model(os.fspath(spec.draft_model_path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap)
         if spec.draft_model_path
         else None
     )
-    session = MTP(
-        model,
-        draft_model=draft,
-        n_draft=spec.n_draft,
-        n_ctx=spec.n_ctx,
-        n_batch=spec.n_batch,
-        n_threads=spec.n_threads,
-        n_threads_batch=spec.n_threads_batch,
-        flash_attn=spec.flash_attn,
-    )
-    with _lock:
-        return _sessions.setdefault(spec, session)
-
-
-def merge_options(
-    defaults: Mapping[str, Any],
-    call_kwargs: Mapping[str, Any],
-    stop: str | Sequence[str] | None = None,
-) -> GenerationOptions:
-    """Instance defaults, overridden by per-call kwargs; a per-call ``stop`` wins
-    over the instance's (no error when both are set). None values mean "unset"."""
-    merged = {k: v for k, v in defaults.items() if v is not None}
-    merged.update({k: v for k, v in call_kwargs.items() if v is not None})
-    if stop is not None:
-        merged["stop"] = normalize_stop(stop)
-    return GenerationOptions.from_kwargs(None, **merged)
+    return MTP.from_options(model, spec.session_options, draft_model=draft)
 
 
 OPTION_ATTRIBUTES: dict[str, str] = {
@@ -144,24 +138,32 @@ OPTION_ATTRIBUTES: dict[str, str] = {
 """Generation option -> the integration attribute holding its instance default
 (both integrations name the temperature ``temperature``, as their frameworks do)."""
 
+CALL_ONLY_OPTIONS = frozenset({"n_draft"})
+"""Generation options that have no instance default: an integration's ``n_draft`` field
+is the session's (a :class:`SessionOptions` field), which a call's ``n_draft`` may lower."""
+
 
 def call_options(
     instance: object,
     call_kwargs: Mapping[str, Any],
     stop: str | Sequence[str] | None = None,
-) -> dict[str, Any]:
-    """Keyword options for :meth:`MTP.stream_events` of one call: the instance's
-    defaults (read through :data:`OPTION_ATTRIBUTES`), overridden by per-call
-    kwargs (``temperature`` accepted for ``temp``; a per-call ``stop`` wins).
-    Unknown options raise :class:`InvalidOptionError`."""
-    defaults = {option: getattr(instance, attr, None) for option, attr in OPTION_ATTRIBUTES.items()}
+) -> GenerationOptions:
+    """The options of one call, for ``MTP.stream_events(..., options=...)``: the
+    instance's defaults (read through :data:`OPTION_ATTRIBUTES`), overridden by per-call
+    kwargs (``temperature`` accepted for ``temp``; a per-call ``stop`` wins over the
+    instance's, with no error when both are set). None values mean "unset". Unknown
+    options raise :class:`InvalidOptionError`."""
+    merged = {option: getattr(instance, attr, None) for option, attr in OPTION_ATTRIBUTES.items()}
+    merged = {k: v for k, v in merged.items() if v is not None}
     call = dict(call_kwargs)
     if "temperature" in call:
         call["temp"] = call.pop("temperature")
     if stop is None:
         stop = call.pop("stop", None)
-    options = merge_options(defaults, call, stop)
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    merged.update({k: v for k, v in call.items() if v is not None})
+    if stop is not None:
+        merged["stop"] = normalize_stop(stop)
+    return GenerationOptions.from_kwargs(None, **merged)
 
 
 def chat_prompt(model: Model, messages: Sequence[tuple[str, str]], chat_template: str | None = None) -> str:

@@ -294,9 +294,11 @@ def run_wrappers(
     from .langchain import MTPLLM as LangChainLLM
     from .langchain import ChatMTP
     from .llamaindex import MTPLLM as LlamaIndexLLM
+    from .options import SessionOptions
 
     path = model_path or str(default_model_path())
-    session = get_session(EngineSpec(model_path=path, n_draft=n_draft, n_ctx=2048, n_threads=threads))
+    options = SessionOptions(n_draft=n_draft, n_ctx=2048, n_threads=threads)
+    session = get_session(EngineSpec(model_path=path, session_options=options))
     lc_llm = LangChainLLM(session=session, max_tokens=tokens, temperature=0)
     lc_chat = ChatMTP(session=session, max_tokens=tokens, temperature=0)
     li_llm = LlamaIndexLLM(model_path=path, n_draft=n_draft, n_ctx=2048, n_threads=threads, max_tokens=tokens,

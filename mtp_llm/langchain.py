@@ -40,6 +40,7 @@ Tool calling:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import uuid
@@ -90,6 +91,7 @@ from ._integration import (
     parse_tool_output,
     partial_tool_response,
     resolve_chat_template,
+    resolve_model_path,
     stats_payload,
     tool_call_grammar,
     tools_system_prompt,
@@ -98,6 +100,7 @@ from ._langchain_runs import Targeter, areport, report, run_target, stream_targe
 from .errors import InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
+from .options import GenerationOptions
 from .session import MTP
 from .stats import STATS_KEY
 
@@ -142,6 +145,15 @@ class _MTPParams(BaseModel):
     """Prompt/verify threads (None = ``n_threads``)."""
     flash_attn: bool | None = None
     """Flash attention: None = auto (off on a CPU-only build, where it is slower), True/False to force."""
+    type_k: str | None = None
+    """K cache type ("f16", "q8_0", ...; None = f16)."""
+    type_v: str | None = None
+    """V cache type ("f16", "q8_0", ...; None = f16)."""
+    offload_kqv: bool = True
+    """Keep the KV cache and attention on the GPU backend."""
+    rollback: str = "auto"
+    """Hybrid (recurrent) targets: "rs" rolls recurrent state back in place, "checkpoint"
+    saves/restores it each round; "auto" = "rs"."""
     n_gpu_layers: int = 0
     """Layers offloaded to a GPU backend."""
     use_mmap: bool = True
@@ -187,33 +199,9 @@ class _MTPParams(BaseModel):
         if self.session is not None:
             return self.session
         if self._own_session is None:
-            if self.model is not None:
-                with _session_lock:
-                    if self._own_session is None:
-                        self._own_session = MTP(
-                            self.model,
-                            n_draft=self.n_draft,
-                            n_ctx=self.n_ctx,
-                            n_batch=self.n_batch,
-                            n_threads=self.n_threads,
-                            n_threads_batch=self.n_threads_batch,
-                            flash_attn=self.flash_attn,
-                        )
-            else:
-                self._own_session = get_session(
-                    EngineSpec(
-                        model_path=self.model_path,
-                        draft_model_path=self.draft_model_path,
-                        n_draft=self.n_draft,
-                        n_ctx=self.n_ctx,
-                        n_batch=self.n_batch,
-                        n_threads=self.n_threads,
-                        n_threads_batch=self.n_threads_batch,
-                        flash_attn=self.flash_attn,
-                        n_gpu_layers=self.n_gpu_layers,
-                        use_mmap=self.use_mmap,
-                    )
-                )
+            with _session_lock:
+                if self._own_session is None:
+                    self._own_session = get_session(EngineSpec.of(self), self.model)
         return self._own_session
 
     def _display_name(self) -> str:
@@ -228,7 +216,7 @@ class _MTPParams(BaseModel):
             return name.removesuffix(".gguf")
         return "mtp-llm-default"
 
-    def _call_options(self, stop: Sequence[str] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    def _call_options(self, stop: Sequence[str] | None, kwargs: Mapping[str, Any]) -> GenerationOptions:
         """Instance options, overridden by per-call ones (a per-call ``stop`` wins)."""
         return call_options(self, {k: v for k, v in kwargs.items() if k not in _LC_KWARGS}, stop)
 
@@ -394,7 +382,7 @@ class MTPLLM(_MTPParams, BaseLLM):
         **kwargs: Any,
     ) -> Iterator[GenerationChunk]:
         options = self._call_options(stop, kwargs)
-        events = self.client.stream_events(prompt, **options)
+        events = self.client.stream_events(prompt, options=options)
         for chunk in _drive(events, _TextChunker(), run_target(run_manager), run_manager):
             if (kept := _mergeable(chunk)) is not None:
                 yield kept
@@ -407,7 +395,7 @@ class MTPLLM(_MTPParams, BaseLLM):
         **kwargs: Any,
     ) -> AsyncIterator[GenerationChunk]:
         options = self._call_options(stop, kwargs)
-        events = self.client.astream_events(prompt, **options)
+        events = self.client.astream_events(prompt, options=options)
         async for chunk in _adrive(events, _TextChunker(), run_target(run_manager), run_manager):
             if (kept := _mergeable(chunk)) is not None:
                 yield kept
@@ -638,7 +626,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
-    ) -> tuple[str, dict[str, Any], _ChatChunker]:
+    ) -> tuple[str, GenerationOptions, _ChatChunker]:
         session = self.client
         pairs = _message_pairs(messages)
         options = self._call_options(stop, kwargs)
@@ -649,7 +637,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
             choice = _normalize_tool_choice(kwargs.get("tool_choice"), specs)
             if choice != "none":
                 use_tools = True
-                options["grammar"] = tool_call_grammar(specs, choice)
+                options = dataclasses.replace(options, grammar=tool_call_grammar(specs, choice))
                 instructions = tools_system_prompt(specs)
                 if pairs and pairs[0][0] == "system":
                     pairs[0] = ("system", f"{pairs[0][1]}\n\n{instructions}")
@@ -692,7 +680,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
     ) -> Iterator[ChatGenerationChunk]:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
         target = stream_target(self, run_manager, chunker.first_message_id)
-        yield from _drive(self.client.stream_events(prompt, **options), chunker, target, None)
+        yield from _drive(self.client.stream_events(prompt, options=options), chunker, target, None)
 
     async def _astream(
         self,
@@ -703,7 +691,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
         target = stream_target(self, run_manager, chunker.first_message_id)
-        async for chunk in _adrive(self.client.astream_events(prompt, **options), chunker, target, None):
+        async for chunk in _adrive(self.client.astream_events(prompt, options=options), chunker, target, None):
             yield chunk
 
     def _generate(
@@ -714,7 +702,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
-        chunks = list(_drive(self.client.stream_events(prompt, **options), chunker, run_target(run_manager), run_manager))
+        chunks = list(_drive(self.client.stream_events(prompt, options=options), chunker, run_target(run_manager), run_manager))
         return _chat_result(chunks)
 
     async def _agenerate(
@@ -725,7 +713,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
-        events = self.client.astream_events(prompt, **options)
+        events = self.client.astream_events(prompt, options=options)
         return _chat_result([c async for c in _adrive(events, chunker, run_target(run_manager), run_manager)])
 
 
@@ -769,7 +757,7 @@ class MTPEmbeddings(BaseModel, Embeddings):
     """Layers offloaded to a GPU backend."""
 
     def _model(self) -> Model:
-        return get_model(EngineSpec(model_path=self.model_path).resolved_model_path(), n_gpu_layers=self.n_gpu_layers)
+        return get_model(resolve_model_path(self.model_path), n_gpu_layers=self.n_gpu_layers)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed texts (one vector per text)."""

@@ -67,12 +67,14 @@ from ._integration import (
     get_session,
     parse_tool_output,
     partial_tool_response,
+    resolve_model_path,
     stats_payload,
     tool_call_grammar,
     tools_system_prompt,
 )
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
+from .options import GenerationOptions
 from .session import MTP
 from .stats import STATS_KEY, MTPStats
 
@@ -119,8 +121,9 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     Per-call keyword options: ``max_tokens``, ``stop``, ``temperature``/``temp``,
     ``top_k``, ``top_p``, ``min_p``, ``seed``, ``repeat_penalty``,
     ``frequency_penalty``, ``presence_penalty``, ``penalty_last_n``,
-    ``grammar`` (GBNF), ``n_draft``, ``emit_stats_every``, ``timeout``; they
-    override the constructor defaults of the same names.
+    ``grammar`` (GBNF), ``emit_stats_every``, ``timeout`` override the
+    constructor defaults of the same names; ``n_draft`` lowers the session's
+    draft length for the call.
     """
 
     # engine (identifies the shared native session)
@@ -134,7 +137,16 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     flash_attn: bool | None = Field(
         default=None, description="None = auto (off on a CPU-only build, where it is slower); True/False to force."
     )
+    type_k: str | None = Field(default=None, description='K cache type ("f16", "q8_0", ...; None = f16).')
+    type_v: str | None = Field(default=None, description='V cache type ("f16", "q8_0", ...; None = f16).')
+    offload_kqv: bool = Field(default=True, description="Keep the KV cache and attention on the GPU backend.")
+    rollback: str = Field(
+        default="auto",
+        description='Hybrid (recurrent) targets: "rs" rolls recurrent state back in place, "checkpoint" '
+        'saves/restores it each round; "auto" = "rs".',
+    )
     n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
+    use_mmap: bool = Field(default=True, description="Memory-map the model file.")
     chat_template: str | None = Field(default=None, description="Jinja chat template overriding the GGUF's.")
 
     # generation defaults (None = the engine's default)
@@ -162,24 +174,10 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     # ------------------------------------------------------------ engine --
 
     @property
-    def engine_spec(self) -> EngineSpec:
-        return EngineSpec(
-            model_path=self.model_path,
-            draft_model_path=self.draft_model_path,
-            n_draft=self.n_draft,
-            n_ctx=self.n_ctx,
-            n_batch=self.n_batch,
-            n_threads=self.n_threads,
-            n_threads_batch=self.n_threads_batch,
-            flash_attn=self.flash_attn,
-            n_gpu_layers=self.n_gpu_layers,
-        )
-
-    @property
     def session(self) -> MTP:
         """The shared native session (loaded on first use)."""
         if self._session is None:
-            self._session = get_session(self.engine_spec)
+            self._session = get_session(EngineSpec.of(self))
         return self._session
 
     @property
@@ -342,7 +340,7 @@ class _Call:
     sync and async paths differ only in how they pull engine events.
     """
 
-    def __init__(self, llm: MTPLLM, prompt: str, options: dict[str, Any], tools: list[ToolSpec] | None) -> None:
+    def __init__(self, llm: MTPLLM, prompt: str, options: GenerationOptions, tools: list[ToolSpec] | None) -> None:
         self.session = llm.session
         self.prompt = prompt
         self.options = options
@@ -361,14 +359,14 @@ class _Call:
 
     def run(self) -> Iterator[str]:
         """Run the generation, yielding each non-empty text delta."""
-        for event in self.session.stream_events(self.prompt, **self.options):
+        for event in self.session.stream_events(self.prompt, options=self.options):
             delta = self._feed(event)
             if delta:
                 yield delta
 
     async def arun(self) -> AsyncIterator[str]:
         """:meth:`run` on :meth:`MTP.astream_events`: the event loop stays free."""
-        async for event in self.session.astream_events(self.prompt, **self.options):
+        async for event in self.session.astream_events(self.prompt, options=self.options):
             delta = self._feed(event)
             if delta:
                 yield delta
@@ -464,8 +462,7 @@ class MTPEmbedding(BaseEmbedding):
     def model(self) -> Model:
         """The shared loaded model (loaded on first use)."""
         if self._model is None:
-            path = EngineSpec(model_path=self.model_path).resolved_model_path()
-            self._model = get_model(path, n_gpu_layers=self.n_gpu_layers)
+            self._model = get_model(resolve_model_path(self.model_path), n_gpu_layers=self.n_gpu_layers)
         return self._model
 
     def _embed(self, texts: list[str]) -> list[Embedding]:
