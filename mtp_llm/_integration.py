@@ -249,12 +249,11 @@ def tool_call_grammar(tools: Sequence[ToolSpec], tool_choice: str | None = "auto
                 "additionalProperties": False,
             }
         )
-    schema = variants[0] if len(variants) == 1 else {"oneOf": variants}
-    return _compact(_core.json_schema_grammar(json.dumps(schema)))
+    return json_schema_grammar(variants[0] if len(variants) == 1 else {"oneOf": variants})
 
 
 def json_schema_grammar(schema: Mapping[str, Any]) -> str:
-    """A GBNF grammar for JSON documents matching ``schema`` (structured output)."""
+    """A GBNF grammar for JSON documents matching ``schema``, with compact whitespace."""
     return _compact(_core.json_schema_grammar(json.dumps(dict(schema))))
 
 

@@ -3,15 +3,15 @@ and the LangSmith run's metadata).
 
 This exists because of how langchain-core (1.x) drives a chat model:
 
-* ``BaseChatModel.stream`` / ``astream`` (and ``invoke`` when it streams internally, for
-  ``astream_events``) create the LLM run's callback manager themselves and then call
-  ``_stream`` / ``_astream`` *without* it, so the chat model cannot see the run it is
-  producing for. ``ChatMTP.stream`` therefore saves its config in a context variable
-  (:func:`streaming_config`), and :func:`stream_target` rebuilds the run's handlers from
-  it; the run id is read back from the first chunk, whose message id langchain-core sets
-  to ``lc_run-<run id>`` after the chunk is yielded (so the target is looked up when the
-  stats arrive, not when the stream starts). Without a saved config (invoke-time
-  streaming) the event goes to the enclosing run, if any.
+* ``BaseChatModel.stream`` / ``astream``, and ``invoke`` when it streams internally
+  (``streaming=True``, or under ``astream_events``), create the LLM run's callback manager
+  themselves and then call ``_stream`` / ``_astream`` *without* it, so the chat model
+  cannot see the run it is producing for. ``ChatMTP.stream`` therefore saves its config in
+  a context variable (:func:`streaming_config`), and :func:`stream_target` rebuilds the
+  run's handlers from it; the run id is read back from the first chunk, whose message id
+  langchain-core sets to ``lc_run--<run id>`` after the chunk is yielded (so the target is
+  looked up when the stats arrive, not when the stream starts). Without a saved config
+  (invoke-time streaming) the event goes to the enclosing run, if any.
 * ``CallbackManager.configure`` adds the handlers named by the environment (the LangSmith
   tracer) as new instances on every call. The saved config has its callbacks configured
   once (:func:`streaming_config`), so the tracer that holds the run is the one the stats

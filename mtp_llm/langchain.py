@@ -254,7 +254,7 @@ class _MTPParams(BaseModel):
 
 
 class _Chunker:
-    """Turns translated events into LangChain chunks (one subclass per model type)."""
+    """Turns engine events into LangChain chunks (one subclass per model type)."""
 
     first: Any = None
     """The first chunk handed out (LangChain writes the run id into chat chunks)."""

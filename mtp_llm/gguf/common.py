@@ -2,8 +2,8 @@
 the tensor shapes of a model and of its MTP (nextn) head and their check, and the start and
 the final write of a ``gguf.GGUFWriter``.
 
-:func:`tiny_vocab` is the vocabulary of every model the project writes (the tiny test
-models of :mod:`mtp_llm.gguf.tiny_models` and the hybrid and glm4 writers' defaults).
+:func:`tiny_vocab` is the vocabulary of the tiny test models (:mod:`mtp_llm.gguf.tiny_models`)
+and the default of :func:`mtp_llm.gguf.qwen35.write_qwen35`.
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ def write_qwen35(
     name: str = "mtp-llm-tiny-hybrid",
 ) -> Path:
     """Write a random-weight f32 qwen35 model (``n_layer`` trunk blocks plus one
-    MTP head) with the tiny byte-level vocabulary; return ``path``.
+    MTP head) with ``vocab`` (default: the tiny byte-level vocabulary); return ``path``.
 
     With the defaults, blocks 0 and 2 are Gated DeltaNet, 1 and 3 full attention.
     Fully random weights make the head almost never right; ``successor_scale``

@@ -179,10 +179,3 @@ def _named(config: HyV3Config, name: str) -> HyV3Config:
     from dataclasses import replace
 
     return replace(config, name=f"mtp-llm-tiny-{name}")
-
-
-if __name__ == "__main__":
-    import sys
-
-    for key, value in make_tiny_models(sys.argv[1] if len(sys.argv) > 1 else "models").items():
-        print(f"{key}: {value}")
