@@ -77,13 +77,15 @@ class MTP:
     One generation runs at a time; calls from other threads wait their turn.
     Statistics accumulate across calls (see :meth:`stats`).
 
+    The other keyword arguments (``n_draft``, ``n_ctx``, ``n_batch``, ``n_threads``,
+    ``n_threads_batch``, ``flash_attn``, ``type_k``, ``type_v``, ``offload_kqv``,
+    ``rollback``) are the fields of :class:`SessionOptions`, documented there;
+    :meth:`from_options` takes a ``SessionOptions`` directly.
+
     Args:
         model: the target model (with an embedded MTP head unless ``draft_model``).
         draft_model: a sidecar model holding the MTP head (``mtp-*.gguf``),
             loaded with ``load_mtp=True``.
-        n_draft, n_ctx, n_batch, n_threads, n_threads_batch, flash_attn, type_k,
-            type_v, offload_kqv, rollback: the fields of :class:`SessionOptions`
-            (documented there); :meth:`from_options` takes one directly.
         defaults: generation options each call starts from.
     """
 
