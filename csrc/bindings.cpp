@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "cost_probe.hpp"
 #include "errors.hpp"
 #include "model.hpp"
 #include "options.hpp"
@@ -79,6 +80,34 @@ PYBIND11_MODULE(_core, m) {
 
     m.def("json_schema_grammar", &mtp::json_schema_grammar, py::arg("schema_json"),
           "GBNF grammar accepting exactly the JSON documents that match a JSON schema.");
+
+    // Cost probe (mtp-llm bench --costs): timed llama.cpp passes of the draft/verify loop.
+    m.def("measure_costs", [](std::shared_ptr<mtp::Model> target, std::shared_ptr<mtp::Model> draft,
+                              const mtp::ContextOptions & options, int fill, int reps, int warmup) {
+        mtp::CostCurve c;
+        {
+            py::gil_scoped_release release;
+            c = mtp::measure_costs(target, draft, options, fill, reps, warmup);
+        }
+        auto timings = [](const std::vector<mtp::CostTiming> & v) {
+            py::list out;
+            for (const auto & t : v) out.append(py::make_tuple(t.median_us, t.min_us));
+            return out;
+        };
+        py::dict d;
+        d["fill"] = c.fill;
+        d["reps"] = c.reps;
+        d["n_threads"] = c.n_threads;
+        d["n_threads_batch"] = c.n_threads_batch;
+        d["flash_attn"] = c.flash_attn;
+        d["target_rows"] = timings(c.target_rows);
+        d["sample"] = py::make_tuple(c.sample.median_us, c.sample.min_us);
+        d["catch_up_rows"] = timings(c.catch_up_rows);
+        d["draft_passes"] = timings(c.draft_passes);
+        return d;
+    }, py::arg("target"), py::arg("draft").none(true), py::arg("options"), py::arg("fill") = 128,
+       py::arg("reps") = 20, py::arg("warmup") = 3,
+       "Median and minimum microseconds of each pass of the draft/verify loop (see csrc/cost_probe.hpp).");
 
     py::class_<mtp::Model, std::shared_ptr<mtp::Model>>(m, "Model")
         .def(py::init([](const std::string & path, bool load_mtp, int n_gpu_layers, bool use_mmap, bool use_mlock) {

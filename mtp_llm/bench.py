@@ -384,11 +384,55 @@ def load_prompts(path: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+def resolve_model(args: argparse.Namespace) -> str | None:
+    """``--model``, or the synthetic model ``--synthetic/--acceptance/--format`` describe (written on first use)."""
+    if not getattr(args, "synthetic", None):
+        if getattr(args, "acceptance", None) is not None:
+            raise SystemExit("mtp-llm bench: --acceptance needs --synthetic SIZE")
+        return args.model  # type: ignore[no-any-return]
+    if args.model:
+        raise SystemExit("mtp-llm bench: pass --model or --synthetic, not both")
+    from .gguf.synthetic import synthetic_model
+
+    start = time.perf_counter()
+    path = synthetic_model(args.synthetic, args.acceptance, args.format, n_vocab=args.vocab)
+    print(f"synthetic model: {path} ({time.perf_counter() - start:.1f} s)")
+    return str(path)
+
+
+def cmd_costs(args: argparse.Namespace, model_path: str | None) -> int:
+    from .costs import markdown, measure_costs, weight_bytes
+    from .model import Model
+
+    n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
+    model = Model.load(model_path) if model_path else Model.load_default()
+    curve = measure_costs(
+        model, n_draft=max(n_drafts, default=4), n_threads=args.threads,
+        flash_attn={"default": None, "on": True, "off": False}[args.flash_attn],
+        fill=args.fill, reps=args.cost_reps, warmup=args.warmup + 2,
+    )
+    weights = weight_bytes(model.path)
+    mark = None
+    if getattr(args, "synthetic", None):
+        mark = 1.0 if args.acceptance is None else args.acceptance
+    table = markdown(curve, weights, mark=mark)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "costs.md").write_text(table + "\n")
+    (out / "costs.json").write_text(json.dumps({**curve.to_dict(), "weights": weights}, indent=2))
+    print(f"\nwrote {out / 'costs.md'}, {out / 'costs.json'}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    model_path = resolve_model(args)
+    if args.costs:
+        return cmd_costs(args, model_path)
     n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
     prompts = load_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS
     results, meta = run_bench(
-        args.model, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
+        model_path, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
         args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn],
     )
     rows = to_rows(results)
@@ -406,7 +450,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {png}" if png else ""))
     if args.wrappers:
         k = max(n_drafts) if n_drafts else 3
-        wrapper_rows = run_wrappers(args.model, k, prompts, args.tokens, args.threads, args.reps)
+        wrapper_rows = run_wrappers(model_path, k, prompts, args.tokens, args.threads, args.reps)
         lines = ["| path | tokens/s (median, end to end) | ratio to raw (same prompt) |", "|---|---|---|"]
         lines += [f"| {r['path']} | {r['tokens_per_sec_median']:.1f} | {r['ratio_to_raw']:.3f} |" for r in wrapper_rows]
         wrappers_md = "\n".join(lines)
@@ -432,4 +476,16 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--flash-attn", default="default", choices=["default", "on", "off"],
                    help="flash attention (default: the engine's choice)")
     p.add_argument("--wrappers", action="store_true", help="also measure the LangChain/LlamaIndex streaming paths")
+    syn = p.add_argument_group("synthetic model (instead of --model; see mtp_llm.gguf.synthetic)")
+    syn.add_argument("--synthetic", metavar="SIZE",
+                     help="a synthetic hy_v3 model of SIZE target parameters (e.g. 150M, 1.5B), written and cached")
+    syn.add_argument("--acceptance", type=float, default=None,
+                     help="probability that each draft position is accepted (default: every draft)")
+    syn.add_argument("--format", default="f16", choices=["f32", "f16", "q8_0", "q4_0"], help="weight format")
+    syn.add_argument("--vocab", type=int, default=None, help="vocabulary size (default 32000 from 20M parameters)")
+    cost = p.add_argument_group("cost curve (--costs)")
+    cost.add_argument("--costs", action="store_true",
+                      help="time the passes of one draft/verify iteration and print where MTP pays, instead of the table")
+    cost.add_argument("--fill", type=int, default=128, help="tokens of context the timed passes attend over")
+    cost.add_argument("--cost-reps", type=int, default=20, help="repetitions of every timed pass")
     p.set_defaults(func=cmd_bench)

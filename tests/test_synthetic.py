@@ -172,3 +172,68 @@ def test_quantized_file_sizes(synth_dir: Path) -> None:
     # Matrices dominate: q8_0 stores 34 bytes and q4_0 18 bytes per 32 weights, f16 64.
     assert 0.5 < sizes["q8_0"] / sizes["f16"] < 0.56
     assert 0.27 < sizes["q4_0"] / sizes["f16"] < 0.31
+
+
+# ------------------------------------------------------------ cost curve ---
+
+
+def test_cost_model_arithmetic() -> None:
+    from mtp_llm.costs import CostCurve, accepted_distribution, expected_committed
+
+    assert accepted_distribution(3, 0.5) == [0.5, 0.25, 0.125, 0.125]
+    assert expected_committed(3, 1.0) == 4 and expected_committed(2, 0.5) == 1.75
+    # Passes that cost nothing beyond the verify, which costs what one row does: the speedup is
+    # the tokens committed per iteration.
+    free = CostCurve(target_ms=(1.0, 1.0, 1.0), sample_ms=0.0, draft_ms=(0.0, 0.0), catch_up_ms=(0.0, 0.0, 0.0))
+    assert free.speedup(2, 1.0) == 3.0 and free.speedup(1, 0.5) == 1.5
+    assert free.best(0.9) == (2, pytest.approx(1 + 0.9 + 0.81))
+    # The issue's 149M f16 figures: a 2-row verify at 1.58x and the head at 0.45x of a one-row pass
+    # per iteration give n_draft=1 at 100% acceptance 2 / 2.03 = 0.99x.
+    issue = CostCurve(target_ms=(9.1, 14.3), sample_ms=0.0, draft_ms=(4.1,), catch_up_ms=(0.0, 0.0))
+    assert issue.speedup(1, 1.0) == pytest.approx(2 * 9.1 / (14.3 + 4.1))
+
+
+def test_weight_bytes_of_a_synthetic_model(synth_dir: Path) -> None:
+    from mtp_llm.costs import weight_bytes
+
+    path = synthetic_model(SIZE, 0.5, "f16", synth_dir)
+    spec = spec_of(path)
+    assert spec is not None
+    s = spec.shape
+    w = weight_bytes(path)
+    norms = (2 * s.n_embd + 2 * s.head_dim) * 4  # f32 per block
+    matrices = 2 * (s.block_params() - 2 * s.n_embd - 2 * s.head_dim)  # f16
+    output = 2 * s.n_vocab * s.n_embd
+    assert w["target_pass"] == output + s.n_layer * (matrices + norms)
+    # The head: its block, eh_proj (f16), enorm/hnorm/shared_head_norm (f32) and the shared output
+    # matrix; the calibration table nextn.embed_tokens is read one row per token and not counted.
+    assert w["head_pass"] == matrices + norms + 2 * 2 * s.n_embd**2 + 3 * 4 * s.n_embd + output
+
+
+def test_cost_probe_times_every_pass(synth_dir: Path) -> None:
+    from conftest import THREADS
+
+    from mtp_llm.costs import markdown, measure_costs
+
+    model = Model.load(synthetic_model(SIZE, None, "f16", synth_dir))
+    curve = measure_costs(model, n_draft=2, n_threads=THREADS, fill=32, reps=3, warmup=1)
+    assert len(curve.target_ms) == 3 and len(curve.catch_up_ms) == 3 and len(curve.draft_ms) == 2
+    assert all(t > 0 for t in (*curve.target_ms, *curve.draft_ms, *curve.catch_up_ms, curve.sample_ms))
+    assert all(lo <= med for lo, med in zip(curve.target_min_ms, curve.target_ms))
+    assert curve.meta["n_threads"] == THREADS and curve.meta["fill"] == 32
+    table = markdown(curve, mark=1.0)
+    assert "| 1.00 (this model) |" in table and "n_draft=2" in table
+    # After the probe, the model still decodes normally in a session.
+    session = make_session(model, n_draft=2)
+    session.generate("abc", max_tokens=8, temp=0)
+    assert session.stats().acceptance_rate == 1.0
+
+
+def test_cost_probe_without_a_head(tiny_paths: dict[str, Path]) -> None:
+    from conftest import THREADS
+
+    from mtp_llm.costs import measure_costs
+
+    model = Model.load(tiny_paths["random"], load_mtp=False)
+    curve = measure_costs(model, n_draft=1, n_threads=THREADS, fill=8, reps=2, warmup=0)
+    assert len(curve.target_ms) == 2 and curve.draft_ms == () and curve.catch_up_ms == ()

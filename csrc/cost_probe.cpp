@@ -1,0 +1,251 @@
+#include "cost_probe.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common.h"
+#include "counters.hpp"
+#include "errors.hpp"
+#include "llama-cpp.h"
+#include "runtime.hpp"
+#include "sampling.h"
+#include "speculative.h"
+
+namespace mtp {
+
+namespace {
+
+double elapsed_us(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - since).count();
+}
+
+CostTiming summarise(std::vector<double> v) {
+    CostTiming t;
+    if (v.empty()) {
+        return t;
+    }
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    t.median_us = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    t.min_us = v.front();
+    return t;
+}
+
+// The probe's llama.cpp state. Declaration order = reverse teardown order: the
+// speculation states point at both contexts, the MTP context at the target's.
+struct Probe {
+    llama_context_ptr ctx_tgt;
+    llama_context_ptr ctx_dft;
+    std::vector<common_speculative_ptr> specs;  // [0]: n_max = n_draft (catch-up); [k]: n_max = k
+    common_sampler_ptr sampler;
+    common_batch batch;
+};
+
+void decode(llama_context * ctx, common_batch & batch, const char * what) {
+    const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+    if (rc != 0) {
+        fail(ErrorKind::Decode, with_log(std::string("cost probe: llama.cpp failed to decode the ") + what +
+                                         " (code " + std::to_string(rc) + ")"));
+    }
+}
+
+const Model * head_of(const std::shared_ptr<Model> & target, const std::shared_ptr<Model> & draft) {
+    const Model * head = draft ? draft.get() : target.get();
+    if (!head->has_mtp_head() || !head->options().load_mtp) {
+        return nullptr;  // only the target's passes are timed
+    }
+    require_mtp_graph(*head);
+    if (head->n_embd() != target->n_embd() || head->n_vocab() != target->n_vocab()) {
+        fail(ErrorKind::IncompatibleDraft, "cost probe: the MTP head's width or vocabulary does not match the target's");
+    }
+    return head;
+}
+
+std::vector<llama_token> fill_tokens(const Model & target, int32_t fill) {
+    const std::string text =
+        "The measurement fills the context with ordinary text so that attention reads a realistic "
+        "number of cached positions while the passes are timed. ";
+    std::vector<llama_token> one = target.tokenize(text, false, false);
+    if (one.empty()) {
+        one.push_back(0);
+    }
+    std::vector<llama_token> out;
+    out.reserve((size_t) fill);
+    while ((int32_t) out.size() < fill) {
+        out.push_back(one[out.size() % one.size()]);
+    }
+    return out;
+}
+
+}  // namespace
+
+CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared_ptr<Model> & draft,
+                        const ContextOptions & opts, int32_t fill, int32_t reps, int32_t warmup) {
+    validate(opts, kMaxDraftPositions);
+    if (fill < 1 || reps < 1 || warmup < 0) {
+        fail(ErrorKind::InvalidOption, "cost probe: fill and reps must be at least 1, warmup at least 0");
+    }
+    if (target->is_mtp_sidecar()) {
+        fail(ErrorKind::ModelLoad, "cost probe: '" + target->path() + "' is an MTP sidecar: pass the trunk as target");
+    }
+    const Model * head = head_of(target, draft);
+    const int32_t n_draft = std::max(1, opts.n_draft);
+    const int32_t max_rows = n_draft + 1;
+
+    ensure_backend();
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) std::max(opts.n_ctx, fill + max_rows + 8);
+    cp.n_batch = (uint32_t) std::max(opts.n_batch, max_rows);
+    cp.n_ubatch = cp.n_batch;
+    cp.n_seq_max = 1;
+    cp.n_threads = opts.n_threads.value_or(default_threads());
+    cp.n_threads_batch = opts.n_threads_batch.value_or(cp.n_threads);
+    const llama_flash_attn_type fa = resolve_flash_attn(opts);
+    cp.flash_attn_type = fa;
+    if (const int32_t t = cache_type(opts.type_k, "type_k"); t >= 0) cp.type_k = (ggml_type) t;
+    if (const int32_t t = cache_type(opts.type_v, "type_v"); t >= 0) cp.type_v = (ggml_type) t;
+    cp.offload_kqv = opts.offload_kqv;
+    cp.no_perf = true;
+    cp.n_outputs_max = 0;
+    cp.n_rs_seq = (uint32_t) max_rows;  // hybrid targets roll back whole verify batches
+
+    Probe p;
+    clear_log();
+    p.ctx_tgt.reset(llama_init_from_model(target->get(), cp));
+    if (!p.ctx_tgt) {
+        fail(ErrorKind::ModelLoad, with_log("cost probe: llama.cpp could not create the target context"));
+    }
+    const common_context_seq_rm_type rm = common_context_can_seq_rm(p.ctx_tgt.get());
+    if (rm == COMMON_CONTEXT_SEQ_RM_TYPE_NO || rm == COMMON_CONTEXT_SEQ_RM_TYPE_FULL) {
+        fail(ErrorKind::InvalidOption, "cost probe: this model's cache cannot roll back a batch in place, "
+                                       "which the probe needs between repetitions");
+    }
+    if (head) {
+        llama_context_params dp = cp;
+        dp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+        dp.ctx_other = p.ctx_tgt.get();
+        dp.n_rs_seq = 0;
+        p.ctx_dft.reset(llama_init_from_model(head->get(), dp));
+        if (!p.ctx_dft) {
+            fail(ErrorKind::MissingMtpHead, with_log("cost probe: llama.cpp could not create the MTP context"));
+        }
+        common_context_can_seq_rm(p.ctx_dft.get());
+        for (int32_t k = 0; k <= n_draft; ++k) {
+            common_params_speculative sp;
+            sp.types = {COMMON_SPECULATIVE_TYPE_DRAFT_MTP};
+            sp.draft.n_max = k == 0 ? n_draft : k;
+            sp.draft.n_min = 0;
+            sp.draft.p_min = 0.0f;
+            sp.draft.ctx_tgt = p.ctx_tgt.get();
+            sp.draft.ctx_dft = p.ctx_dft.get();
+            p.specs.emplace_back(common_speculative_init(sp, 1));
+            if (!p.specs.back()) {
+                fail(ErrorKind::MissingMtpHead, with_log("cost probe: could not initialise draft-mtp speculation"));
+            }
+        }
+    }
+    SamplingOptions greedy;
+    greedy.temp = 0.0f;
+    common_params_sampling sampling = to_common_params(greedy);
+    p.sampler.reset(common_sampler_init(target->get(), sampling));
+    p.batch = common_batch(p.ctx_tgt.get());
+
+    // Context: `fill` tokens through the target and (as a prompt is) the head.
+    llama_context * tgt = p.ctx_tgt.get();
+    llama_context * dft = p.ctx_dft.get();
+    const std::vector<llama_token> ctx_tokens = fill_tokens(*target, fill + max_rows);
+    const llama_tokens prompt(ctx_tokens.begin(), ctx_tokens.begin() + fill);
+    const int32_t n_batch = (int32_t) llama_n_batch(tgt);
+    for (int32_t done = 0; done < fill;) {
+        const int32_t n = std::min(n_batch, fill - done);
+        p.batch.clear();
+        for (int32_t i = 0; i < n; ++i) {
+            p.batch.add(prompt[done + i], done + i, 0, false);
+        }
+        decode(tgt, p.batch, "context");
+        if (head && !common_speculative_process(p.specs[0].get(), p.batch)) {
+            fail(ErrorKind::Decode, with_log("cost probe: the MTP head failed to process the context"));
+        }
+        done += n;
+    }
+    if (head) {
+        for (auto & spec : p.specs) {
+            common_speculative_begin(spec.get(), 0, prompt);
+        }
+    }
+    auto rollback = [&] {
+        llama_memory_seq_rm(llama_get_memory(tgt), 0, fill, -1);
+        if (dft) {
+            llama_memory_seq_rm(llama_get_memory(dft), 0, fill, -1);
+        }
+    };
+    auto verify_batch = [&](int32_t rows) {
+        p.batch.clear();
+        for (int32_t i = 0; i < rows; ++i) {
+            p.batch.add(ctx_tokens[fill + i], fill + i, 0, true);
+        }
+    };
+
+    std::vector<std::vector<double>> t_target(max_rows), t_catch(head ? max_rows : 0), t_draft(head ? n_draft : 0);
+    std::vector<double> t_sample;
+    llama_tokens drafted;
+    for (int32_t rep = 0; rep < warmup + reps; ++rep) {
+        const bool keep = rep >= warmup;
+        for (int32_t r = 1; r <= max_rows; ++r) {
+            verify_batch(r);
+            auto t0 = std::chrono::steady_clock::now();
+            decode(tgt, p.batch, "timed target batch");
+            llama_synchronize(tgt);
+            const double us = elapsed_us(t0);
+            for (int32_t i = 0; i < r; ++i) {
+                t0 = std::chrono::steady_clock::now();
+                common_sampler_sample(p.sampler.get(), tgt, i);
+                if (keep) t_sample.push_back(elapsed_us(t0));
+            }
+            if (keep) t_target[r - 1].push_back(us);
+            rollback();
+        }
+        if (!head) {
+            continue;
+        }
+        for (int32_t r = 1; r <= max_rows; ++r) {
+            verify_batch(r);
+            decode(tgt, p.batch, "verify batch");
+            const auto t0 = std::chrono::steady_clock::now();
+            if (!common_speculative_process(p.specs[0].get(), p.batch)) {
+                fail(ErrorKind::Decode, with_log("cost probe: the MTP head failed to catch up"));
+            }
+            llama_synchronize(dft);
+            if (keep) t_catch[r - 1].push_back(elapsed_us(t0));
+            rollback();
+        }
+        for (int32_t k = 1; k <= n_draft; ++k) {
+            drafted.clear();
+            common_speculative_draft_params & dp = common_speculative_get_draft_params(p.specs[k].get(), 0);
+            dp.drafting = true;
+            dp.n_max = k;
+            dp.pos0 = fill;
+            dp.id_last = ctx_tokens[fill];
+            dp.prompt = &prompt;
+            dp.result = &drafted;
+            const auto t0 = std::chrono::steady_clock::now();
+            common_speculative_draft(p.specs[k].get());
+            if (keep) t_draft[k - 1].push_back(elapsed_us(t0));
+            rollback();
+        }
+    }
+
+    CostCurve c;
+    c.fill = fill;
+    c.reps = reps;
+    c.n_threads = cp.n_threads;
+    c.n_threads_batch = cp.n_threads_batch;
+    c.flash_attn = fa == LLAMA_FLASH_ATTN_TYPE_ENABLED ? "on" : fa == LLAMA_FLASH_ATTN_TYPE_DISABLED ? "off" : "auto";
+    for (auto & v : t_target) c.target_rows.push_back(summarise(std::move(v)));
+    c.sample = summarise(std::move(t_sample));
+    for (auto & v : t_catch) c.catch_up_rows.push_back(summarise(std::move(v)));
+    for (auto & v : t_draft) c.draft_passes.push_back(summarise(std::move(v)));
+    return c;
+}
+
+}  // namespace mtp
