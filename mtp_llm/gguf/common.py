@@ -1,6 +1,7 @@
 """What the GGUF writers share: the byte-level BPE vocabulary and its ``tokenizer.*`` keys,
-the tensor shapes of a model and of its MTP (nextn) head and their check, and the start and
-the final write of a ``gguf.GGUFWriter``.
+the tensor shapes of a model and of its MTP (nextn) head and their check, the weight formats'
+ggml types and file types, and the start and the final write of a ``gguf.GGUFWriter`` (all
+tensors in memory, or streamed one at a time).
 
 :func:`tiny_vocab` is the vocabulary of the tiny test models (:mod:`mtp_llm.gguf.tiny_models`)
 and the default of :func:`mtp_llm.gguf.qwen35.write_qwen35`.
@@ -9,7 +10,7 @@ and the default of :func:`mtp_llm.gguf.qwen35.write_qwen35`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -134,6 +135,43 @@ def finish_file(writer: Any) -> None:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
+    writer.close()
+
+
+#: ``general.file_type`` (llama.cpp's ``llama_ftype``) of a file whose matrices are in a weight format.
+GGUF_FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
+
+
+def ggml_type(fmt: str) -> Any:
+    """The ``gguf.GGMLQuantizationType`` of a weight format (``f32``, ``f16``, ``bf16``, ``q8_0``, ``q4_0``)."""
+    import gguf
+
+    return gguf.GGMLQuantizationType[fmt.upper()]
+
+
+StreamedTensor = tuple[str, tuple[int, ...], Any, Callable[[], np.ndarray]]
+"""A tensor for :func:`write_streamed`: GGUF name, shape in numpy (PyTorch) order, the
+``gguf.GGMLQuantizationType`` it is stored as, and a function returning its stored data."""
+
+
+def write_streamed(writer: Any, tensors: Sequence[StreamedTensor]) -> None:
+    """Write a ``gguf.GGUFWriter``'s header, metadata and tensor infos, then each tensor's data,
+    made by its function just before it is written (one tensor in memory at a time), and close it."""
+    import gguf
+
+    sizes = []
+    for name, shape, qtype, _ in tensors:
+        byte_shape = gguf.quants.quant_shape_to_byte_shape(shape, qtype)
+        sizes.append(int(np.prod(byte_shape)))
+        writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), sizes[-1], raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for (name, _, _, make), nbytes in zip(tensors, sizes):
+        data = make()
+        if data.nbytes != nbytes:
+            raise AssertionError(f"{name}: {data.nbytes} bytes, expected {nbytes}")
+        writer.write_tensor_data(data)
     writer.close()
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .common import (
+    GGUF_FILE_TYPE,
     BpeVocab,
     Shapes,
     add_bpe_vocab,
@@ -33,8 +34,6 @@ from .common import (
 ARCH = "hy_v3"
 Part = Literal["full", "trunk", "mtp"]
 FileType = Literal["f32", "f16", "bf16", "q8_0"]
-
-_GGUF_FILE_TYPE = {"f32": 0, "f16": 1, "q8_0": 7, "bf16": 32}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +117,7 @@ def write_hy_v3(
     import gguf
 
     path = Path(path)
-    writer = start_file(path, ARCH, config, tensors, file_type=_GGUF_FILE_TYPE[file_type])
+    writer = start_file(path, ARCH, config, tensors, file_type=GGUF_FILE_TYPE[file_type])
     writer.add_expert_feed_forward_length(config.n_ff)
     writer.add_head_count(config.n_head)
     writer.add_head_count_kv(config.n_head_kv)

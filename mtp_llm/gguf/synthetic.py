@@ -50,7 +50,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .common import BpeVocab, add_bpe_vocab, tiny_vocab
+from .common import GGUF_FILE_TYPE, BpeVocab, add_bpe_vocab, ggml_type, tiny_vocab, write_streamed
 
 ARCH = "hy_v3"
 WeightFormat = Literal["f32", "f16", "q8_0", "q4_0"]
@@ -59,7 +59,6 @@ FORMATS: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_0")
 # Bump when the weights a given spec produces change: the cache key includes it.
 GENERATOR_VERSION = 1
 
-_GGUF_FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
 _RESIDUAL_RMS = 16.0  # rms of the embeddings: the residual stream the blocks perturb
 _BLOCK_OUT_SCALE = 0.25  # output projections' std, in units of 1/sqrt(fan_in)
 _LOGIT = 40.0  # logit of the steered token; others are _LOGIT times a random cosine
@@ -318,21 +317,6 @@ class SyntheticSpec:
         return synthetic_tokens(self.shape.n_vocab, None if self.forced else self.acceptance, self.seed)
 
 
-def _qtype(fmt: str) -> Any:
-    import gguf
-
-    return {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}[fmt]
-
-
-def _nbytes(shape: tuple[int, ...], fmt: str) -> int:
-    n = int(np.prod(shape))
-    if len(shape) == 1 or fmt == "f32":
-        return 4 * n
-    if fmt == "f16":
-        return 2 * n
-    return n // 32 * (34 if fmt == "q8_0" else 18)
-
-
 def _encode(array: np.ndarray, fmt: str) -> np.ndarray:
     """A float matrix in the file's format (1-D tensors stay f32)."""
     if array.ndim == 1 or fmt == "f32":
@@ -341,7 +325,7 @@ def _encode(array: np.ndarray, fmt: str) -> np.ndarray:
         return array.astype(np.float16)
     import gguf
 
-    return gguf.quants.quantize(np.ascontiguousarray(array, dtype=np.float32), _qtype(fmt))
+    return gguf.quants.quantize(np.ascontiguousarray(array, dtype=np.float32), ggml_type(fmt))
 
 
 def _noise(rng: np.random.Generator, shape: tuple[int, int], std: float, fmt: str) -> np.ndarray:
@@ -462,7 +446,7 @@ def write_synthetic(path: str | Path, spec: SyntheticSpec) -> Path:
     writer = gguf.GGUFWriter(str(path), ARCH)
     acc = "forced" if spec.forced else f"acceptance {spec.acceptance}"
     writer.add_name(f"mtp-llm-synthetic-{format_size(s.n_params)}-{acc}")
-    writer.add_file_type(_GGUF_FILE_TYPE[spec.fmt])
+    writer.add_file_type(GGUF_FILE_TYPE[spec.fmt])
     writer.add_context_length(4096)
     writer.add_embedding_length(s.n_embd)
     writer.add_block_count(s.n_layer + 1)
@@ -476,24 +460,9 @@ def write_synthetic(path: str | Path, spec: SyntheticSpec) -> Path:
     writer.add_layer_norm_rms_eps(1e-6)
     add_bpe_vocab(writer, synthetic_vocab(s.n_vocab))
 
-    entries = list(plan.entries())
-    for name, shape, _ in entries:
-        if len(shape) == 1 or spec.fmt in ("f32", "f16"):
-            dtype = np.float32 if len(shape) == 1 or spec.fmt == "f32" else np.float16
-            writer.add_tensor_info(name, shape, np.dtype(dtype), _nbytes(shape, spec.fmt))
-        else:
-            byte_shape = (shape[0], _nbytes(shape, spec.fmt) // shape[0])
-            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), _nbytes(shape, spec.fmt),
-                                   raw_dtype=_qtype(spec.fmt))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for name, shape, make in entries:
-        data = make()
-        if data.nbytes != _nbytes(shape, spec.fmt):
-            raise AssertionError(f"{name}: {data.nbytes} bytes, expected {_nbytes(shape, spec.fmt)}")
-        writer.write_tensor_data(data)
-    writer.close()
+    write_streamed(writer, [
+        (name, shape, ggml_type("f32" if len(shape) == 1 else spec.fmt), make) for name, shape, make in plan.entries()
+    ])
     return path
 
 
