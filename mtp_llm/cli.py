@@ -93,6 +93,14 @@ def cmd_split(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_draft_head(args: argparse.Namespace) -> int:
+    from .gguf.draft_head import write_draft_head
+
+    path = write_draft_head(args.model, args.out, args.type)
+    print(f"draft head ({args.type}): {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mtp-llm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     split.add_argument("model")
     split.add_argument("out_dir")
     split.set_defaults(func=cmd_split)
+
+    head = sub.add_parser("draft-head", help="write a model's MTP head as a quantized mtp- sidecar (draft_model)")
+    head.add_argument("model", help="GGUF with an embedded MTP head (or an mtp-*.gguf sidecar)")
+    head.add_argument("--type", default="q8_0", choices=["f16", "q8_0", "q4_0"], help="matrix type (default q8_0)")
+    head.add_argument("--out", help="output file or directory (default: mtp-<stem>-<type>.gguf beside the model)")
+    head.set_defaults(func=cmd_draft_head)
 
     try:
         from .bench import add_bench_parser
