@@ -120,15 +120,24 @@ def run_bench(
     progress: bool = True,
     rollback: str = "auto",
     flash_attn: bool | None = None,
+    draft_head: str | None = None,
 ) -> tuple[list[ConfigResult], dict[str, Any]]:
     from .model import Model
     from .session import MTP
 
     model = Model.load(model_path) if model_path else Model.load_default()
+    draft = None
+    if draft_head:  # the MTP rows draft with the model's head written as a sidecar of this type
+        from .default_model import cache_dir
+        from .gguf.draft_head import write_draft_head
+
+        (cache_dir() / "draft-heads").mkdir(parents=True, exist_ok=True)
+        draft = Model.load(write_draft_head(model.path, cache_dir() / "draft-heads", draft_head))
     n_ctx = max(512, tokens + 256)
     configs = [0, *[k for k in n_drafts if k > 0]]
     sessions = {
-        k: MTP(model, n_draft=k, n_ctx=n_ctx, n_threads=threads, rollback=rollback, flash_attn=flash_attn)
+        k: MTP(model, draft_model=draft, n_draft=k, n_ctx=n_ctx, n_threads=threads, rollback=rollback,
+               flash_attn=flash_attn)
         for k in configs
     }
     results = {k: ConfigResult(n_draft=k) for k in configs}
@@ -167,6 +176,7 @@ def run_bench(
         "warmup": warmup,
         "rollback": sessions[configs[-1]].rollback_mode,
         "flash_attn": {None: "default", True: "on", False: "off"}[flash_attn],
+        "draft_head": str(draft.path) if draft else "embedded",
     }
     return [results[k] for k in configs], meta
 
@@ -433,7 +443,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS
     results, meta = run_bench(
         model_path, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
-        args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn],
+        args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn], args.draft_head,
     )
     rows = to_rows(results)
     table = markdown_table(rows)
@@ -475,6 +485,8 @@ def add_bench_parser(sub: Any) -> None:
                    help="hybrid targets: recurrent-state rollback or checkpoint save/restore")
     p.add_argument("--flash-attn", default="default", choices=["default", "on", "off"],
                    help="flash attention (default: the engine's choice)")
+    p.add_argument("--draft-head", choices=["f16", "q8_0", "q4_0"],
+                   help="MTP rows draft with the model's head written as a sidecar of this type (mtp-llm draft-head)")
     p.add_argument("--wrappers", action="store_true", help="also measure the LangChain/LlamaIndex streaming paths")
     syn = p.add_argument_group("synthetic model (instead of --model; see mtp_llm.gguf.synthetic)")
     syn.add_argument("--synthetic", metavar="SIZE",
