@@ -192,7 +192,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("type_k", &mtp::ContextOptions::type_k)
         .def_readwrite("type_v", &mtp::ContextOptions::type_v)
         .def_readwrite("offload_kqv", &mtp::ContextOptions::offload_kqv)
-        .def_readwrite("rollback", &mtp::ContextOptions::rollback);
+        .def_readwrite("rollback", &mtp::ContextOptions::rollback)
+        .def_readwrite("fuse_catch_up", &mtp::ContextOptions::fuse_catch_up);
 
     py::class_<mtp::SamplingOptions>(m, "SamplingOptions")
         .def(py::init<>())
@@ -251,5 +252,6 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("n_ctx", &mtp::Session::n_ctx)
         .def_property_readonly("n_draft", [](const mtp::Session & self) { return self.options().n_draft; })
         .def_property_readonly("rollback_mode", &mtp::Session::rollback_mode)
-        .def_property_readonly("flash_attn", &mtp::Session::flash_attn);
+        .def_property_readonly("flash_attn", &mtp::Session::flash_attn)
+        .def_property_readonly("mtp_driver", &mtp::Session::mtp_driver);
 }

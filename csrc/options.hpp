@@ -24,6 +24,7 @@ struct ContextOptions {
     std::optional<std::string> type_v;
     bool offload_kqv = true;
     std::string rollback = "auto";           // hybrid targets: "auto" (= "rs"), "rs", "checkpoint"
+    bool fuse_catch_up = true;               // MtpDrafter where it applies, else common_speculative
 };
 
 struct SamplingOptions {

@@ -119,6 +119,13 @@ void Session::create_contexts(const Model * head) {
     }
     seq_rm_dft_ = common_context_can_seq_rm(ctx_dft_.get());
 
+    // The fused driver covers single-head models whose caches roll back in place;
+    // chained heads and checkpointed (recurrent) caches keep llama.cpp's driver.
+    if (opts_.fuse_catch_up && llama_model_n_layer_nextn(head->get()) == 1 &&
+        seq_rm_tgt_ != COMMON_CONTEXT_SEQ_RM_TYPE_FULL && seq_rm_dft_ != COMMON_CONTEXT_SEQ_RM_TYPE_FULL) {
+        drafter_ = std::make_unique<MtpDrafter>(ctx_tgt_.get(), ctx_dft_.get());
+        return;
+    }
     spec_params_.types = {COMMON_SPECULATIVE_TYPE_DRAFT_MTP};
     spec_params_.draft.n_max = opts_.n_draft;
     spec_params_.draft.n_min = 0;
@@ -141,8 +148,12 @@ std::string Session::flash_attn() const {
     }
 }
 
+std::string Session::mtp_driver() const {
+    return drafter_ ? "fused" : spec_ ? "upstream" : "none";
+}
+
 std::string Session::rollback_mode() const {
-    if (!spec_) {
+    if (!spec_ && !drafter_) {
         return "none";  // plain decoding never rolls back
     }
     switch (seq_rm_tgt_) {
@@ -183,6 +194,15 @@ void Session::decode_or_throw(llama_context * ctx, common_batch & batch, const c
         fail(ErrorKind::Decode, with_log(std::string("llama.cpp failed to decode the ") + what +
                                          " (code " + std::to_string(rc) + ")"));
     }
+}
+
+void Session::head_failed(int32_t rc, const char * what) {
+    if (rc == 2) {
+        check_deadline();
+        fail(ErrorKind::Cancelled, "generation was aborted");
+    }
+    check_deadline();
+    fail(ErrorKind::Decode, with_log(std::string("the MTP head failed to ") + what + " (code " + std::to_string(rc) + ")"));
 }
 
 void Session::record(const Counters & c) {
@@ -228,7 +248,7 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         // Timeouts beyond ~30 years are treated as none (and cannot overflow).
         const double timeout = g.timeout.value_or(0.0);
         deadline_us_.store(timeout > 0.0 && timeout < 1e9 ? now_us() + (int64_t) (timeout * 1e6) : 0);
-        active_n_draft_.store(spec_ ? g.n_draft.value_or(opts_.n_draft) : 0, std::memory_order_relaxed);
+        active_n_draft_.store(spec_ || drafter_ ? g.n_draft.value_or(opts_.n_draft) : 0, std::memory_order_relaxed);
         max_tokens_ = g.max_tokens;
         produced_ = 0;
         text_.reset(g.stop);
@@ -241,6 +261,9 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         llama_memory_clear(llama_get_memory(ctx_tgt_.get()), true);
         if (ctx_dft_) {
             llama_memory_clear(llama_get_memory(ctx_dft_.get()), true);
+        }
+        if (drafter_) {
+            drafter_->reset();
         }
         prompt_.assign(prompt.begin(), prompt.end() - 1);
         prompt_done_ = 0;
@@ -298,9 +321,14 @@ void Session::process_prompt_chunk() {
                 batch_.add(prompt_[prompt_done_ + i], (llama_pos) (prompt_done_ + i), 0, false);
             }
             decode_or_throw(ctx_tgt_.get(), batch_, "prompt");
-            if (drafting() && !common_speculative_process(spec_.get(), batch_)) {
-                check_deadline();
-                fail(ErrorKind::Decode, with_log("the MTP head failed to process the prompt"));
+            if (drafting()) {
+                if (drafter_) {
+                    if (const int32_t rc = drafter_->process_prompt(batch_); rc != 0) {
+                        head_failed(rc, "process the prompt");
+                    }
+                } else if (!common_speculative_process(spec_.get(), batch_)) {
+                    head_failed(-1, "process the prompt");
+                }
             }
             for (size_t i = 0; i < n; ++i) {
                 common_sampler_accept(sampler_.get(), prompt_[prompt_done_ + i], false);
@@ -310,7 +338,7 @@ void Session::process_prompt_chunk() {
         if (prompt_done_ == prompt_.size()) {
             context_tokens_.assign(prompt_.begin(), prompt_.end());
             n_past_ = (int32_t) prompt_.size();
-            if (drafting()) {
+            if (drafting() && spec_) {
                 common_speculative_begin(spec_.get(), 0, context_tokens_);
             }
             prompt_phase_ = false;
@@ -370,6 +398,15 @@ void Session::draft(Counters & c) {
     if (!drafting()) {
         return;
     }
+    const int32_t n_max = std::max(0, std::min({n_ctx() - n_past_ - 2, max_tokens_ - produced_ - 1,
+                                                active_n_draft_.load(std::memory_order_relaxed)}));
+    if (drafter_) {
+        ScopedTimer timer(c.t_draft_us);
+        if (const int32_t rc = drafter_->draft(id_last_, n_past_, n_max, draft_tokens_); rc != 0) {
+            head_failed(rc, "draft");
+        }
+        return;
+    }
     llama_context * ctx_tgt = ctx_tgt_.get();
     llama_context * ctx_dft = ctx_dft_.get();
     // Checkpoint work is timed apart only where checkpoints exist.
@@ -385,8 +422,6 @@ void Session::draft(Counters & c) {
     }
     {
         ScopedTimer timer(c.t_draft_us);
-        const int32_t n_max = std::max(0, std::min({n_ctx() - n_past_ - 2, max_tokens_ - produced_ - 1,
-                                                    active_n_draft_.load(std::memory_order_relaxed)}));
         if (n_max > 0) {
             common_speculative_draft_params & dp = common_speculative_get_draft_params(spec_.get(), 0);
             dp.drafting = true;
@@ -439,6 +474,10 @@ std::vector<llama_token> Session::accept(common_sampler_ptr & sampler_before, Co
 // rejection would be trimmed from its cache right after.
 void Session::catch_up_head(size_t n_accepted, Counters & c) {
     ScopedTimer timer(c.t_draft_us);
+    if (drafter_) {
+        drafter_->accept(batch_, n_accepted);  // decoded with the next draft's first step
+        return;
+    }
     const common_batch * rows = &batch_;
     if (n_accepted < draft_tokens_.size()) {
         accepted_batch_.clear();
@@ -448,8 +487,7 @@ void Session::catch_up_head(size_t n_accepted, Counters & c) {
         rows = &accepted_batch_;
     }
     if (!common_speculative_process(spec_.get(), *rows)) {
-        check_deadline();
-        fail(ErrorKind::Decode, with_log("the MTP head failed to process the verify batch"));
+        head_failed(-1, "process the verify batch");
     }
 }
 
@@ -474,7 +512,7 @@ void Session::restore_checkpoint(std::vector<llama_token> ids, common_sampler_pt
 // Keeps the accepted tokens in both caches, drops the rejected rows, and emits
 // the committed tokens.
 void Session::commit(const std::vector<llama_token> & ids, size_t n_accepted, StepResult & out, Counters & c) {
-    if (drafting()) {
+    if (drafting() && spec_) {
         common_speculative_accept(spec_.get(), 0, (uint16_t) n_accepted);
     }
     n_past_ += (int32_t) ids.size();
@@ -529,6 +567,18 @@ void Session::finish(StepResult & out, const std::string & reason) {
 }
 
 void Session::print_stats() const {
+    if (drafter_) {
+        // common_speculative's line, from the engine's own counters.
+        const Counters c = total_.snapshot(opts_.n_draft);
+        const uint64_t passes = c.iters - c.replays;
+        std::fprintf(stderr, "draft-mtp (mtp_llm fused driver): #verify passes = %llu, #gen drafts = %llu, "
+                             "#acc drafts = %llu, mean acc len = %.2f\n",
+                     (unsigned long long) passes, (unsigned long long) c.drafts_generated,
+                     (unsigned long long) c.drafts_accepted,
+                     passes ? 1.0 + (double) c.drafts_accepted / (double) passes : 0.0);
+        std::fflush(stderr);
+        return;
+    }
     if (!spec_) {
         return;
     }

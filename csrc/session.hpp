@@ -17,6 +17,7 @@
 #include "speculative.h"
 #include "common.h"
 #include "counters.hpp"
+#include "drafter.hpp"
 #include "model.hpp"
 #include "options.hpp"
 #include "text.hpp"
@@ -56,15 +57,17 @@ public:
     int32_t n_ctx() const;
     std::string rollback_mode() const;  // "none", "partial", "rs", "checkpoint"
     std::string flash_attn() const;     // "on", "off", or "auto" (llama.cpp decides per device)
+    std::string mtp_driver() const;     // "fused" (MtpDrafter), "upstream" (common_speculative) or "none"
 
 private:
     static bool abort_cb(void * data);
     const Model * check_head() const;  // the model holding the MTP head; null for plain decoding
     void create_contexts(const Model * head);
-    bool drafting() const { return spec_ && active_n_draft_.load(std::memory_order_relaxed) > 0; }
+    bool drafting() const { return (drafter_ || spec_) && active_n_draft_.load(std::memory_order_relaxed) > 0; }
     bool checkpoints_target() const { return seq_rm_tgt_ == COMMON_CONTEXT_SEQ_RM_TYPE_FULL; }
     bool checkpoints_head() const { return ctx_dft_ && seq_rm_dft_ == COMMON_CONTEXT_SEQ_RM_TYPE_FULL; }
     void check_deadline();
+    void head_failed(int32_t rc, const char * what);
     void decode_or_throw(llama_context * ctx, common_batch & batch, const char * what);
     void record(const Counters & c);
     void process_prompt_chunk();
@@ -89,7 +92,8 @@ private:
     // Declaration order = reverse teardown order.
     llama_context_ptr ctx_tgt_;
     llama_context_ptr ctx_dft_;
-    common_speculative_ptr spec_;
+    common_speculative_ptr spec_;        // llama.cpp's driver, where the fused one does not apply
+    std::unique_ptr<MtpDrafter> drafter_;  // mtp_llm's fused driver
     common_batch batch_;           // target prompt/verify batch, reused: no allocation per step
     common_batch accepted_batch_;  // the verify batch's accepted prefix, for the MTP head's catch-up
     common_params_speculative spec_params_;

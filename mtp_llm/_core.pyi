@@ -68,6 +68,7 @@ class ContextOptions:
     type_v: str | None
     offload_kqv: bool
     rollback: str
+    fuse_catch_up: bool
     def __init__(self) -> None: ...
 
 class SamplingOptions:
@@ -113,3 +114,5 @@ class Session:
     def rollback_mode(self) -> str: ...
     @property
     def flash_attn(self) -> str: ...
+    @property
+    def mtp_driver(self) -> str: ...

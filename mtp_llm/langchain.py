@@ -154,6 +154,9 @@ class _MTPParams(BaseModel):
     rollback: str = "auto"
     """Hybrid (recurrent) targets: "rs" rolls recurrent state back in place, "checkpoint"
     saves/restores it each round; "auto" = "rs"."""
+    fuse_catch_up: bool = True
+    """Decode the MTP head's catch-up with its first draft step (one head decode less
+    per iteration) where it applies; False = llama.cpp's own draft-mtp driver."""
     n_gpu_layers: int = 0
     """Layers offloaded to a GPU backend."""
     use_mmap: bool = True

@@ -145,6 +145,11 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
         description='Hybrid (recurrent) targets: "rs" rolls recurrent state back in place, "checkpoint" '
         'saves/restores it each round; "auto" = "rs".',
     )
+    fuse_catch_up: bool = Field(
+        default=True,
+        description="Decode the MTP head's catch-up with its first draft step (one head decode less per "
+        "iteration) where it applies; False = llama.cpp's own draft-mtp driver.",
+    )
     n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
     use_mmap: bool = Field(default=True, description="Memory-map the model file.")
     chat_template: str | None = Field(default=None, description="Jinja chat template overriding the GGUF's.")

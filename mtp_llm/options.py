@@ -52,6 +52,11 @@ class SessionOptions:
     rollback: str = "auto"
     """Hybrid (recurrent) targets: "rs" rolls recurrent state back in place,
     "checkpoint" saves/restores it each round; "auto" = "rs"."""
+    fuse_catch_up: bool = True
+    """Decode the MTP head's catch-up on the accepted tokens together with its
+    first draft step (mtp_llm's own driver: one head decode less per iteration)
+    where it applies: single-head models whose caches roll back in place. False,
+    or elsewhere: llama.cpp's common_speculative draft-mtp driver."""
 
     def __post_init__(self) -> None:
         for name in ("n_draft", "n_ctx", "n_batch"):
@@ -66,8 +71,9 @@ class SessionOptions:
             value = getattr(self, name)
             if value is not None and value not in CACHE_TYPES:
                 raise InvalidOptionError(f"{name} must be one of {sorted(CACHE_TYPES)} (got {value!r})")
-        if not isinstance(self.offload_kqv, bool):
-            raise InvalidOptionError(f"offload_kqv must be a bool (got {self.offload_kqv!r})")
+        for name in ("offload_kqv", "fuse_catch_up"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidOptionError(f"{name} must be a bool (got {getattr(self, name)!r})")
         if self.rollback not in ROLLBACK_MODES:
             raise InvalidOptionError(f"rollback must be one of {ROLLBACK_MODES} (got {self.rollback!r})")
 

@@ -79,7 +79,7 @@ class MTP:
 
     The other keyword arguments (``n_draft``, ``n_ctx``, ``n_batch``, ``n_threads``,
     ``n_threads_batch``, ``flash_attn``, ``type_k``, ``type_v``, ``offload_kqv``,
-    ``rollback``) are the fields of :class:`SessionOptions`, documented there;
+    ``rollback``, ``fuse_catch_up``) are the fields of :class:`SessionOptions`, documented there;
     :meth:`from_options` takes a ``SessionOptions`` directly.
 
     Args:
@@ -104,6 +104,7 @@ class MTP:
         type_v: str | None = None,
         offload_kqv: bool = True,
         rollback: str = "auto",
+        fuse_catch_up: bool = True,
         defaults: GenerationOptions | None = None,
     ) -> None:
         options = SessionOptions(
@@ -117,6 +118,7 @@ class MTP:
             type_v=type_v,
             offload_kqv=offload_kqv,
             rollback=rollback,
+            fuse_catch_up=fuse_catch_up,
         )
         self._open(model, draft_model, options, defaults)
 
@@ -169,6 +171,12 @@ class MTP:
         """How the target undoes rejected drafts: "partial" (KV cache), "rs"
         (recurrent-state snapshots) or "checkpoint" (save/restore)."""
         return str(self._native.rollback_mode)
+
+    @property
+    def mtp_driver(self) -> str:
+        """Who drives the MTP head: "fused" (mtp_llm's driver, catch-up decoded with the
+        first draft step), "upstream" (llama.cpp's common_speculative) or "none" (plain)."""
+        return str(self._native.mtp_driver)
 
     @property
     def flash_attn(self) -> str:

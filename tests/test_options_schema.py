@@ -77,6 +77,7 @@ def test_engine_spec_is_read_by_field_name() -> None:
         "type_v": "f16",
         "offload_kqv": False,
         "rollback": "checkpoint",
+        "fuse_catch_up": False,
     }
     assert set(changed) == {f.name for f in dataclasses.fields(SessionOptions)}
     loading = {"model_path": "model.gguf", "draft_model_path": "mtp-model.gguf", "n_gpu_layers": 1, "use_mmap": False}

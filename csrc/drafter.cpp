@@ -1,0 +1,109 @@
+#include "drafter.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "llama-ext.h"
+
+namespace mtp {
+
+MtpDrafter::MtpDrafter(llama_context * target, llama_context * head)
+    : target_(target), head_(head),
+      n_embd_(llama_model_n_embd_out(llama_get_model(head))),
+      n_vocab_(llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(head)))),
+      batch_(head) {
+    // The target exposes its post-norm hidden state for every row (not only
+    // output rows); the head for its output rows.
+    llama_set_embeddings_nextn(target_, true, /*masked=*/false);
+    llama_set_embeddings_nextn(head_, true, /*masked=*/true);
+    reset();
+}
+
+void MtpDrafter::reset() {
+    pending_tokens_.clear();
+    pending_pos_.clear();
+    pending_h_.clear();
+    h_last_.assign((size_t) n_embd_, 0.0f);
+    drafted_from_ = -1;
+}
+
+void MtpDrafter::queue(llama_token token, llama_pos pos, const float * h) {
+    pending_tokens_.push_back(token);
+    pending_pos_.push_back(pos);
+    pending_h_.insert(pending_h_.end(), h, h + n_embd_);
+}
+
+int32_t MtpDrafter::process_prompt(const common_batch & target_batch) {
+    const int32_t n = target_batch.size();
+    if (n <= 0) {
+        return 0;
+    }
+    const float * h_target = llama_get_embeddings_nextn(target_);
+    batch_.clear();
+    for (int32_t k = 0; k < n; ++k) {
+        const int32_t idx = batch_.add(target_batch.tokens[k].id, target_batch.tokens[k].pos[0], 0, false);
+        const float * h = k == 0 ? h_last_.data() : h_target + (size_t) (k - 1) * n_embd_;
+        batch_.set_embd(idx, {h, 1, (size_t) n_embd_});
+    }
+    const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get());
+    if (rc == 0) {
+        std::memcpy(h_last_.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
+    }
+    return rc;
+}
+
+int32_t MtpDrafter::draft(llama_token id_last, llama_pos pos, int32_t n_max, std::vector<llama_token> & out) {
+    drafted_from_ = -1;
+    if (n_max <= 0) {
+        return 0;
+    }
+    batch_.clear();
+    for (size_t i = 0; i < pending_tokens_.size(); ++i) {
+        const int32_t idx = batch_.add(pending_tokens_[i], pending_pos_[i], 0, false);
+        batch_.set_embd(idx, {pending_h_.data() + i * n_embd_, 1, (size_t) n_embd_});
+    }
+    int32_t last = batch_.add(id_last, pos, 0, true);
+    batch_.set_embd(last, {h_last_.data(), 1, (size_t) n_embd_});
+    for (int32_t step = 0; step < n_max; ++step) {
+        const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get());
+        if (rc != 0) {
+            return rc;
+        }
+        if (step == 0) {
+            // The catch-up rows and (id_last, pos) are in the head's cache now.
+            pending_tokens_.clear();
+            pending_pos_.clear();
+            pending_h_.clear();
+            drafted_from_ = pos;
+        }
+        const float * logits = llama_get_logits_ith(head_, last);
+        const llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
+        out.push_back(id);
+        if (step + 1 == n_max) {
+            break;
+        }
+        const float * h = llama_get_embeddings_nextn_ith(head_, last);
+        h_step_.assign(h, h + n_embd_);
+        batch_.clear();
+        last = batch_.add(id, pos + step + 1, 0, true);
+        batch_.set_embd(last, {h_step_.data(), 1, (size_t) n_embd_});
+    }
+    return 0;
+}
+
+void MtpDrafter::accept(const common_batch & verify_batch, size_t n_accepted) {
+    const float * h_target = llama_get_embeddings_nextn(target_);
+    if (drafted_from_ >= 0) {
+        // Keep (id_last, pos); the head's later rows paired drafts with its own state.
+        llama_memory_seq_rm(llama_get_memory(head_), 0, drafted_from_ + 1, -1);
+    } else {
+        queue(verify_batch.tokens[0].id, verify_batch.tokens[0].pos[0], h_last_.data());
+    }
+    for (size_t i = 1; i <= n_accepted; ++i) {
+        queue(verify_batch.tokens[i].id, verify_batch.tokens[i].pos[0], h_target + (i - 1) * n_embd_);
+    }
+    std::memcpy(h_last_.data(), h_target + n_accepted * n_embd_, sizeof(float) * n_embd_);
+    drafted_from_ = -1;
+}
+
+}  // namespace mtp

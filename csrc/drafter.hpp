@@ -1,0 +1,55 @@
+// mtp_llm's own driver of llama.cpp's MTP draft context (single-head models).
+//
+// llama.cpp's common_speculative draft-mtp driver spends one head decode per
+// iteration catching the head's KV cache up on the accepted tokens, then one
+// decode per draft step. Here the catch-up rows ride in the same decode as the
+// first draft step, so an iteration costs exactly n_draft head decodes. The row
+// inputs (token, position, hidden state) are the ones common_speculative uses:
+// each token is paired with the target's hidden state at the previous position.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+#include "llama.h"
+
+namespace mtp {
+
+class MtpDrafter {
+public:
+    MtpDrafter(llama_context * target, llama_context * head);
+
+    // Start of a generation (both caches are empty): the first row pairs with zeros.
+    void reset();
+    // Rows the target just decoded (a prompt chunk, positions in order): decoded
+    // into the head's cache with the hidden state of each previous row. Returns
+    // llama_process's code (0 = ok).
+    int32_t process_prompt(const common_batch & target_batch);
+    // Proposes up to n_max tokens following `id_last` at `pos` (appended to `out`);
+    // the pending catch-up rows are decoded with the first step. Returns
+    // llama_process's code (0 = ok).
+    int32_t draft(llama_token id_last, llama_pos pos, int32_t n_max, std::vector<llama_token> & out);
+    // The target verified `verify_batch` = [id_last, drafts...] and accepted the
+    // first n_accepted drafts: drop the head's speculative rows and queue the
+    // accepted ones (with the target's hidden states) for the next draft.
+    void accept(const common_batch & verify_batch, size_t n_accepted);
+
+private:
+    void queue(llama_token token, llama_pos pos, const float * h);
+
+    llama_context * target_;
+    llama_context * head_;
+    int32_t n_embd_ = 0;
+    int32_t n_vocab_ = 0;
+    common_batch batch_;
+    // Rows not yet in the head's cache.
+    std::vector<llama_token> pending_tokens_;
+    std::vector<llama_pos> pending_pos_;
+    std::vector<float> pending_h_;   // [rows, n_embd]
+    std::vector<float> h_last_;      // pairs with the next id_last
+    std::vector<float> h_step_;      // the head's own state between draft steps
+    llama_pos drafted_from_ = -1;    // position of the last draft()'s first row, -1 if none
+};
+
+}  // namespace mtp
