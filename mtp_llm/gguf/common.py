@@ -9,8 +9,10 @@ and the default of :func:`mtp_llm.gguf.qwen35.write_qwen35`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -173,6 +175,18 @@ def write_streamed(writer: Any, tensors: Sequence[StreamedTensor]) -> None:
             raise AssertionError(f"{name}: {data.nbytes} bytes, expected {nbytes}")
         writer.write_tensor_data(data)
     writer.close()
+
+
+@contextlib.contextmanager
+def written_atomically(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write the file to: it replaces ``path`` when the
+    block ends normally and is removed when it raises, so ``path`` is never half written."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def byte_to_unicode() -> dict[int, str]:

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .common import GGUF_FILE_TYPE, StreamedTensor, ggml_type, write_streamed
+from .common import GGUF_FILE_TYPE, StreamedTensor, ggml_type, write_streamed, written_atomically
 
 DraftHeadType = Literal["f16", "q8_0", "q4_0"]
 DRAFT_HEAD_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
@@ -148,19 +148,15 @@ def write_draft_head(
     out = draft_head_path(model_path, file_type) if out_path is None else Path(out_path)
     if out.is_dir():
         out = out / draft_head_path(model_path, file_type).name
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    writer = gguf.GGUFWriter(str(tmp), arch)
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF.") or f.name in ("general.architecture", "general.file_type", "general.alignment"):
-            continue
-        sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
-    writer.add_file_type(GGUF_FILE_TYPE[file_type])
-    try:
+    with written_atomically(out) as tmp:
+        writer = gguf.GGUFWriter(str(tmp), arch)
+        for f in reader.fields.values():  # the source's metadata, with the new file type
+            if f.name.startswith("GGUF.") or f.name in ("general.architecture", "general.file_type", "general.alignment"):
+                continue
+            sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
+        writer.add_file_type(GGUF_FILE_TYPE[file_type])
         write_streamed(writer, entries)
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out
 
 

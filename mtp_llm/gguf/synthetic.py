@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -50,7 +49,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .common import GGUF_FILE_TYPE, BpeVocab, add_bpe_vocab, ggml_type, tiny_vocab, write_streamed
+from .common import (
+    GGUF_FILE_TYPE,
+    BpeVocab,
+    add_bpe_vocab,
+    ggml_type,
+    tiny_vocab,
+    write_streamed,
+    written_atomically,
+)
 
 ARCH = "hy_v3"
 WeightFormat = Literal["f32", "f16", "q8_0", "q4_0"]
@@ -493,12 +500,8 @@ def synthetic_model(
     out.mkdir(parents=True, exist_ok=True)
     path = out / spec.file_name()
     if not path.exists():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
+        with written_atomically(path) as tmp:
             write_synthetic(tmp, spec)
-            tmp.replace(path)
-        finally:
-            tmp.unlink(missing_ok=True)
     return path
 
 
