@@ -147,6 +147,36 @@ def test_requantizing_a_sidecar(tiny_paths: dict[str, Path], tmp_path: Path) -> 
     assert ids == plain
 
 
+def test_requantizing_a_draft_head_keeps_its_lm_head(synth_dir: Path, tmp_path: Path) -> None:
+    import gguf
+
+    path = synthetic_model(SIZE, None, "f16", synth_dir)
+    again = write_draft_head(write_draft_head(path, tmp_path, "q8_0"), tmp_path, "q4_0")
+    names = [t.name for t in gguf.GGUFReader(str(again)).tensors]
+    assert names.count("blk.5.nextn.shared_head_head.weight") == 1 and "output.weight" not in names
+    model = Model.load(path)
+    ids, stats = _generate(model, Model.load(again), 3)
+    assert ids == _generate(model, None, 0)[0] and stats.acceptance_rate == 1.0
+
+
+def test_several_heads_share_one_lm_head(tiny_paths: dict[str, Path], tmp_path: Path) -> None:
+    # Two hy_v3 heads: one copy of the LM head as output.weight (the graphs' fallback), not one per head.
+    import gguf
+
+    from mtp_llm.gguf.hyv3 import read_hy_v3, write_hy_v3
+
+    config, tensors, vocab, _ = read_hy_v3(tiny_paths["random"])
+    head = f"blk.{config.n_layer}."
+    tensors.update({n.replace(head, f"blk.{config.n_layer + 1}."): t for n, t in list(tensors.items()) if n.startswith(head)})
+    path = write_hy_v3(tmp_path / "two-heads.gguf", dataclasses.replace(config, n_nextn=2), tensors, vocab)
+    sidecar = write_draft_head(path, tmp_path, "q8_0")
+    names = [t.name for t in gguf.GGUFReader(str(sidecar)).tensors]
+    assert "output.weight" in names and not [n for n in names if "shared_head_head" in n]
+    model = Model.load(path)
+    ids, _ = _generate(model, Model.load(sidecar), 2)
+    assert ids == _generate(model, None, 0)[0]
+
+
 def test_default_path_is_beside_the_model(tmp_path: Path) -> None:
     assert draft_head_path(tmp_path / "m.gguf", "q4_0") == tmp_path / "mtp-m-q4_0.gguf"
     assert draft_head_path(tmp_path / "mtp-m.gguf", "q8_0") == tmp_path / "mtp-m-q8_0.gguf"
