@@ -28,6 +28,10 @@ DEFAULT_PROMPTS = [
     "Of Man's first disobedience, and the fruit",
 ]
 
+# A synthetic model's continuation depends only on the prompt's last token (it walks a fixed
+# token cycle from there), so its prompts end in distinct tokens: each walks its own stretch.
+SYNTHETIC_PROMPTS = [f"Synthetic model, walk {c}" for c in "abcdefghijklmnop"]
+
 
 @dataclasses.dataclass
 class ConfigResult:
@@ -199,6 +203,20 @@ def _progress(total: int, enabled: bool) -> Any:
     return tqdm(total=total, desc="bench", unit="run")
 
 
+def conditional_rates(per_position: Sequence[float]) -> list[float]:
+    """Acceptance at each draft position given the earlier drafts were accepted.
+
+    The engine's per-position rate divides the acceptances at position i by every drafted
+    position i, so it reads P(drafts 1..i all accepted); the conditional rate is the ratio
+    of neighbours (what a calibrated synthetic model is built to, per position).
+    """
+    out, before = [], 1.0
+    for p in per_position:
+        out.append(p / before if before > 0 else 0.0)
+        before = p
+    return out
+
+
 def to_rows(results: list[ConfigResult]) -> list[dict[str, Any]]:
     plain = results[0].median("decode_tps") or 1.0
     rows = []
@@ -221,6 +239,7 @@ def to_rows(results: list[ConfigResult]) -> list[dict[str, Any]]:
                 "ttft_ms_median": round(r.median("ttft_ms"), 2),
                 "python_us_per_token": round(r.median("python_us_per_token"), 2),
                 "acceptance_per_position": [round(p, 3) for p in r.per_position],
+                "acceptance_per_position_conditional": [round(p, 3) for p in conditional_rates(r.per_position)],
                 "timing_share": {k: round(v, 3) for k, v in r.timing_share.items()},
                 "peak_rss_mb": round(r.peak_rss_mb, 1),
             }
@@ -230,17 +249,20 @@ def to_rows(results: list[ConfigResult]) -> list[dict[str, Any]]:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| config | decode t/s (median, min-max) | x plain | acceptance | mean acc. len | efficiency "
+        "| config | decode t/s (median, min-max) | x plain | acceptance | per position, given the previous "
+        "| mean acc. len | efficiency "
         "| prompt t/s | TTFT ms | Python us/token | time: draft/verify/sample/ckpt/other | peak RSS MB |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         share = r["timing_share"]
         shares = "/".join(f"{share.get(k, 0):.2f}" for k in ("draft", "verify", "sample", "ckpt", "other"))
         eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.2f}"
         lines.append(
             f"| {r['config']} | {r['decode_tps_median']:.1f} ({r['decode_tps_min']:.1f}-{r['decode_tps_max']:.1f}) "
-            f"| {r['speedup']:.2f} | {r['acceptance_rate']:.3f} | {r['mean_accepted_length']:.2f} | {eff} "
+            f"| {r['speedup']:.2f} | {r['acceptance_rate']:.3f} "
+            f"| {'/'.join(f'{p:.2f}' for p in r['acceptance_per_position_conditional']) or '-'} "
+            f"| {r['mean_accepted_length']:.2f} | {eff} "
             f"| {r['prompt_tps_median']:.1f} | {r['ttft_ms_median']:.2f} | {r['python_us_per_token']:.2f} "
             f"| {shares} | {r['peak_rss_mb']:.0f} |"
         )
@@ -440,7 +462,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.costs:
         return cmd_costs(args, model_path)
     n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
-    prompts = load_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS
+    if args.prompts:
+        prompts = load_prompts(args.prompts)
+    else:
+        prompts = SYNTHETIC_PROMPTS[:8] if args.synthetic else DEFAULT_PROMPTS
     results, meta = run_bench(
         model_path, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
         args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn], args.draft_head,
@@ -474,7 +499,8 @@ def add_bench_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="benchmark MTP against plain decoding (interleaved runs)")
     p.add_argument("--model", help="GGUF with an MTP head (default: the built-in model)")
     p.add_argument("--n-draft", default="1,2,3,4", help="comma-separated draft lengths (default 1,2,3,4)")
-    p.add_argument("--prompts", help="prompts: a text file (one per line) or a JSON list")
+    p.add_argument("--prompts", help="prompts: a text file (one per line) or a JSON list "
+                   "(default: 4 verse openings; 8 prompts with distinct last tokens for --synthetic)")
     p.add_argument("--tokens", type=int, default=128, help="tokens generated per prompt")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--reps", type=int, default=3, help="measured repetitions")
