@@ -189,48 +189,69 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
     std::vector<std::vector<double>> t_target(max_rows), t_catch(head ? max_rows : 0), t_draft(head ? n_draft : 0);
     std::vector<double> t_sample;
     llama_tokens drafted;
+    // Each pass is timed in the order the loops run it, so it finds the caches as it would
+    // there: plain decoding is one-row passes back to back; an MTP iteration is the verify,
+    // the samples, the head's catch-up and the next draft.
+    auto timed_target = [&](int32_t rows, bool keep) {
+        verify_batch(rows);
+        auto t0 = std::chrono::steady_clock::now();
+        decode(tgt, p.batch, "timed target batch");
+        llama_synchronize(tgt);
+        if (keep) t_target[rows - 1].push_back(elapsed_us(t0));
+        for (int32_t i = 0; i < rows; ++i) {
+            t0 = std::chrono::steady_clock::now();
+            common_sampler_sample(p.sampler.get(), tgt, i);
+            if (keep) t_sample.push_back(elapsed_us(t0));
+        }
+    };
+    auto timed_catch_up = [&](int32_t rows, bool keep) {
+        // p.batch holds the `rows` rows the target just decoded.
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!common_speculative_process(p.specs[0].get(), p.batch)) {
+            fail(ErrorKind::Decode, with_log("cost probe: the MTP head failed to catch up"));
+        }
+        llama_synchronize(dft);
+        if (keep) t_catch[rows - 1].push_back(elapsed_us(t0));
+    };
+    auto timed_draft = [&](int32_t k, bool keep) {
+        drafted.clear();
+        common_speculative_draft_params & dp = common_speculative_get_draft_params(p.specs[k].get(), 0);
+        dp.drafting = true;
+        dp.n_max = k;
+        dp.pos0 = fill;
+        dp.id_last = ctx_tokens[fill];
+        dp.prompt = &prompt;
+        dp.result = &drafted;
+        const auto t0 = std::chrono::steady_clock::now();
+        common_speculative_draft(p.specs[k].get());
+        if (keep) t_draft[k - 1].push_back(elapsed_us(t0));
+    };
     for (int32_t rep = 0; rep < warmup + reps; ++rep) {
         const bool keep = rep >= warmup;
-        for (int32_t r = 1; r <= max_rows; ++r) {
-            verify_batch(r);
-            auto t0 = std::chrono::steady_clock::now();
-            decode(tgt, p.batch, "timed target batch");
-            llama_synchronize(tgt);
-            const double us = elapsed_us(t0);
-            for (int32_t i = 0; i < r; ++i) {
-                t0 = std::chrono::steady_clock::now();
-                common_sampler_sample(p.sampler.get(), tgt, i);
-                if (keep) t_sample.push_back(elapsed_us(t0));
-            }
-            if (keep) t_target[r - 1].push_back(us);
-            rollback();
-        }
+        timed_target(1, false);  // plain decoding: the pass before is a one-row pass too
+        rollback();
+        timed_target(1, keep);
+        rollback();
         if (!head) {
+            for (int32_t r = 2; r <= max_rows; ++r) {
+                timed_target(r, keep);
+                rollback();
+            }
             continue;
         }
-        for (int32_t r = 1; r <= max_rows; ++r) {
-            verify_batch(r);
-            decode(tgt, p.batch, "verify batch");
-            const auto t0 = std::chrono::steady_clock::now();
-            if (!common_speculative_process(p.specs[0].get(), p.batch)) {
-                fail(ErrorKind::Decode, with_log("cost probe: the MTP head failed to catch up"));
-            }
-            llama_synchronize(dft);
-            if (keep) t_catch[r - 1].push_back(elapsed_us(t0));
+        for (int32_t k = 1; k <= n_draft; ++k) {
+            // An iteration that accepts all k drafts: verify k+1 rows, catch up on them, draft k.
+            timed_target(k + 1, keep);
+            timed_catch_up(k + 1, keep);
+            rollback();  // the draft starts from `fill` again, with the caches as the loop leaves them
+            timed_draft(k, keep);
             rollback();
         }
-        for (int32_t k = 1; k <= n_draft; ++k) {
-            drafted.clear();
-            common_speculative_draft_params & dp = common_speculative_get_draft_params(p.specs[k].get(), 0);
-            dp.drafting = true;
-            dp.n_max = k;
-            dp.pos0 = fill;
-            dp.id_last = ctx_tokens[fill];
-            dp.prompt = &prompt;
-            dp.result = &drafted;
-            const auto t0 = std::chrono::steady_clock::now();
-            common_speculative_draft(p.specs[k].get());
-            if (keep) t_draft[k - 1].push_back(elapsed_us(t0));
+        // Catch-up after a partial acceptance: the last token and the accepted drafts.
+        for (int32_t r = 1; r < max_rows; ++r) {
+            verify_batch(r);
+            decode(tgt, p.batch, "verify batch");
+            timed_catch_up(r, keep);
             rollback();
         }
     }

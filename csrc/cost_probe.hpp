@@ -18,8 +18,12 @@
 //                                  sequential one-row head passes with their
 //                                  top-k sampling
 //
-// Every time is a median over `reps` repetitions (after `warmup` unrecorded ones),
-// in microseconds; the minimum is kept beside it.
+// Passes run in the order the loops run them, so that each finds the CPU caches as it
+// would there: plain decoding's pass follows a one-row pass; an MTP iteration is the
+// verify of k+1 rows, its samples, the head's catch-up over them and the next draft of k.
+// The catch-up over fewer rows (a partial acceptance) follows a target decode of as many.
+// Every time is a median over `reps` repetitions (after `warmup` unrecorded ones), in
+// microseconds; the minimum is kept beside it.
 #pragma once
 
 #include <cstdint>
