@@ -445,14 +445,26 @@ def cmd_costs(args: argparse.Namespace, model_path: str | None) -> int:
     )
     weights = weight_bytes(model.path)
     mark = None
+    measured = None
     if getattr(args, "synthetic", None):
         mark = 1.0 if args.acceptance is None else args.acceptance
-    table = markdown(curve, weights, mark=mark)
+    elif curve.n_draft:
+        # The model's own acceptance on the prompts, for its row of the table.
+        from .session import MTP
+
+        session = MTP(model, n_draft=curve.n_draft, n_ctx=args.tokens + 512, n_threads=args.threads)
+        for prompt in load_prompts(args.prompts) if args.prompts else DEFAULT_PROMPTS:
+            session.generate(prompt, max_tokens=args.tokens, temp=0)
+        measured = conditional_rates(session.stats().acceptance_rate_per_position)
+        session.close()
+    table = markdown(curve, weights, mark=mark, measured=measured)
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "costs.md").write_text(table + "\n")
-    (out / "costs.json").write_text(json.dumps({**curve.to_dict(), "weights": weights}, indent=2))
+    (out / "costs.json").write_text(
+        json.dumps({**curve.to_dict(), "weights": weights, "measured_acceptance": measured}, indent=2)
+    )
     print(f"\nwrote {out / 'costs.md'}, {out / 'costs.json'}")
     return 0
 

@@ -91,17 +91,17 @@ class CostCurve:
     def plain_token_ms(self) -> float:
         return self.target_ms[0] + self.sample_ms
 
-    def iteration_ms(self, k: int, a: float) -> float:
+    def iteration_ms(self, k: int, a: Acceptance) -> float:
         """Expected time of one draft/verify iteration with draft length ``k``."""
         probs = accepted_distribution(k, a)
         after = sum(p * (self.catch_up_ms[j] + (j + 1) * self.sample_ms) for j, p in enumerate(probs))
         return self.verify_ms(k) + self.draft_ms[k - 1] + after
 
-    def speedup(self, k: int, a: float) -> float:
+    def speedup(self, k: int, a: Acceptance) -> float:
         """Expected decode speed of MTP with draft length ``k`` over plain decoding."""
         return expected_committed(k, a) * self.plain_token_ms() / self.iteration_ms(k, a)
 
-    def best(self, a: float) -> tuple[int, float]:
+    def best(self, a: Acceptance) -> tuple[int, float]:
         """The draft length with the highest expected speedup at acceptance ``a``, and that speedup."""
         return max(((k, self.speedup(k, a)) for k in range(1, self.n_draft + 1)), key=lambda t: t[1])
 
@@ -114,14 +114,31 @@ class CostCurve:
         return d
 
 
-def accepted_distribution(k: int, a: float) -> list[float]:
-    """``P(A = j)`` for ``j = 0 .. k``: drafts accepted in a row, each with probability ``a``."""
-    return [a**j * (1.0 - a) for j in range(k)] + [a**k]
+Acceptance = float | Sequence[float]
+"""A per-position acceptance: one rate for every position, or the rate at positions 1, 2, ...
+(each given the earlier drafts were accepted; the last one repeats)."""
 
 
-def expected_committed(k: int, a: float) -> float:
+def _rates(k: int, a: Acceptance) -> list[float]:
+    if isinstance(a, (int, float)):
+        return [float(a)] * k
+    rates = list(a) or [0.0]
+    return [rates[min(i, len(rates) - 1)] for i in range(k)]
+
+
+def accepted_distribution(k: int, a: Acceptance) -> list[float]:
+    """``P(A = j)`` for ``j = 0 .. k``: ``j`` drafts accepted in a row, then a rejection (or the end)."""
+    rates = _rates(k, a)
+    out, reach = [], 1.0
+    for r in rates:
+        out.append(reach * (1.0 - r))
+        reach *= r
+    return [*out, reach]
+
+
+def expected_committed(k: int, a: Acceptance) -> float:
     """Tokens one iteration commits on average: the accepted drafts plus the target's own."""
-    return sum(a**j for j in range(k + 1))
+    return sum((j + 1) * p for j, p in enumerate(accepted_distribution(k, a)))
 
 
 def measure_costs(
@@ -192,7 +209,7 @@ def weight_bytes(path: str | Path) -> dict[str, int]:
 
 
 def markdown(curve: CostCurve, weights: dict[str, int] | None = None, acceptances: Sequence[float] = ACCEPTANCES,
-             mark: float | None = None) -> str:
+             mark: float | None = None, measured: Sequence[float] | None = None) -> str:
     """The cost curve and the expected-speedup table as markdown."""
     m = curve.meta
     one = curve.one_row_ms
@@ -240,6 +257,11 @@ def markdown(curve: CostCurve, weights: dict[str, int] | None = None, acceptance
             cells = " | ".join(f"{curve.speedup(k, a):.2f}x" for k in ks)
             star = " (this model)" if mark is not None and abs(mark - a) < 1e-9 else ""
             lines.append(f"| {a:.2f}{star} | {cells} | n_draft={k_best}: {s_best:.2f}x |")
+        if measured:
+            k_best, s_best = curve.best(measured)
+            cells = " | ".join(f"{curve.speedup(k, measured):.2f}x" for k in ks)
+            label = "/".join(f"{r:.2f}" for r in measured)
+            lines.append(f"| this model, measured: {label} | {cells} | n_draft={k_best}: {s_best:.2f}x |")
         breakeven = [a for a in (x / 100 for x in range(0, 101)) if curve.best(a)[1] >= 1.0]
         lines.append("")
         lines.append(
