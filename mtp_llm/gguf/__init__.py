@@ -7,6 +7,8 @@
 * :mod:`~mtp_llm.gguf.synthetic`: synthetic hy_v3 models of any size and format with a chosen MTP acceptance;
 * :mod:`~mtp_llm.gguf.draft_head`: a model's MTP head written as a quantized ``mtp-`` sidecar (draft head);
 * :mod:`~mtp_llm.gguf.tiny_models`: the tiny test models, written with the above;
+* :mod:`~mtp_llm.gguf.synthetic`: hy_v3 models of any size and weight format with a chosen MTP
+  acceptance rate, for performance work (``mtp-llm bench --synthetic``);
 * :mod:`~mtp_llm.gguf.fuzz`: structure-aware mutants of a GGUF file for the loading fuzz tests.
 
 The package imports nothing outside itself, so ``tools/train_default_model/export.py`` loads it
