@@ -2,7 +2,10 @@
 
 llama.cpp is taken from the llama-cpp-python sdist (its ``vendor/llama.cpp``),
 downloaded with pip from the configured package index, checked against a pinned
-sha256 and unpacked once into a cache directory outside the source tree.
+sha256 and unpacked once into a cache directory outside the source tree. The
+patches in ``patches/llama.cpp/`` (listed, with their sha256, in ``PATCHES``) are
+applied to that tree; a stamp file records which, so a changed patch set unpacks
+a pristine tree again. A user's own tree (MTP_LLM_LLAMA_CPP_DIR) is never patched.
 
 Usage: python fetch_llama_cpp.py [CACHE_DIR]
 Environment: MTP_LLM_CACHE_DIR overrides the cache location.
@@ -22,6 +25,11 @@ SDIST_NAME = "llama-cpp-python"
 SDIST_VERSION = "0.3.36"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 VENDOR_PREFIX = f"llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp/"
+
+PATCH_DIR = Path(__file__).resolve().parent.parent / "patches" / "llama.cpp"
+# Applied in this order; each file must have this sha256 (see patches/README.md).
+PATCHES: dict[str, str] = {}
+STAMP = ".mtp_llm_patches"
 
 
 def default_cache_dir() -> Path:
@@ -80,13 +88,41 @@ def unpack_vendor_tree(archive: Path, target: Path) -> None:
     partial.rename(target)
 
 
+def patch_stamp() -> str:
+    """One line per patch: name and sha256 (checked against PATCHES)."""
+    lines = []
+    for name, expected in PATCHES.items():
+        digest = sha256_of(PATCH_DIR / name)
+        if digest != expected:
+            raise SystemExit(f"patch {name} has sha256 {digest}, expected {expected}: update PATCHES")
+        lines.append(f"{name} {digest}\n")
+    return "".join(lines)
+
+
+def apply_patches(tree: Path) -> None:
+    for name in PATCHES:
+        subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(PATCH_DIR / name)],
+                       cwd=tree, check=True, stdout=sys.stderr)
+
+
 def ensure_llama_cpp(cache_dir: Path) -> Path:
     target = cache_dir / f"llama.cpp-{SDIST_VERSION}-{SDIST_SHA256[:12]}"
-    if (target / "include" / "llama.h").exists():
+    stamp = patch_stamp()
+    stamp_file = target / STAMP
+    applied = stamp_file.read_text() if stamp_file.exists() else ""
+    if (target / "include" / "llama.h").exists() and applied == stamp:
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     archive = download_sdist(cache_dir)
+    if target.exists():
+        # Another patch set was applied: start again from the pristine tree (same path,
+        # so the compiler cache still serves every unchanged file).
+        import shutil
+
+        shutil.rmtree(target)
     unpack_vendor_tree(archive, target)
+    apply_patches(target)
+    stamp_file.write_text(stamp)
     return target
 
 
