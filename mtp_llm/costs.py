@@ -252,7 +252,7 @@ def markdown(curve: CostCurve, weights: dict[str, int] | None = None, acceptance
             "| acceptance per position | " + " | ".join(f"n_draft={k}" for k in ks) + " | best |",
             "|---|" + "---|" * (len(ks) + 1),
         ]
-        for a in acceptances:
+        for a in sorted({*acceptances, *([mark] if mark is not None else [])}):
             k_best, s_best = curve.best(a)
             cells = " | ".join(f"{curve.speedup(k, a):.2f}x" for k in ks)
             star = " (this model)" if mark is not None and abs(mark - a) < 1e-9 else ""
