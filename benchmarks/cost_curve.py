@@ -19,21 +19,15 @@ import statistics
 from pathlib import Path
 
 from mtp_llm import MTP, Model
-from mtp_llm.bench import DEFAULT_PROMPTS, load_prompts, write_table
-from mtp_llm.costs import CostCurve, expected_committed, measure_costs
+from mtp_llm.bench import DEFAULT_PROMPTS, conditional_rates, load_prompts, write_table
+from mtp_llm.costs import CostCurve, accepted_distribution, measure_costs, median_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def predicted_speedup(curve: CostCurve, k: int, per_position: list[float]) -> float:
-    """The cost model at the measured acceptance: conditional rates from the engine's per-position
-    rates (which count every drafted position, so position i reads P(first i accepted))."""
-    probs_reach = [1.0, *per_position[:k]]
-    p_a = [probs_reach[j] - (probs_reach[j + 1] if j < k else 0.0) for j in range(k + 1)]
-    committed = sum((j + 1) * p for j, p in enumerate(p_a))
-    after = sum(p * (curve.catch_up_ms[j] + (j + 1) * curve.sample_ms) for j, p in enumerate(p_a))
-    iteration = curve.verify_ms(k) + curve.draft_ms[k - 1] + after
-    return committed * curve.plain_token_ms() / iteration
+def head_ms(curve: CostCurve, k: int, rates: list[float]) -> float:
+    """The head's expected time per iteration at the measured acceptance, for the engine's driver."""
+    return sum(p * curve.head_ms(k, j) for j, p in enumerate(accepted_distribution(k, rates)))
 
 
 def main() -> int:
@@ -77,20 +71,15 @@ def main() -> int:
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
-    probe = CostCurve(
-        target_ms=tuple(med([c.target_ms[i] for c in curves]) for i in range(args.n_draft + 1)),
-        sample_ms=med([c.sample_ms for c in curves]),
-        draft_ms=tuple(med([c.draft_ms[i] for c in curves]) for i in range(args.n_draft)),
-        catch_up_ms=tuple(med([c.catch_up_ms[i] for c in curves]) for i in range(args.n_draft + 1)),
-        meta=curves[0].meta,
-    )
+    probe = median_curve(curves)
     plain_tps = med([s.tokens_per_sec for s in stats[0]])  # type: ignore[attr-defined]
     lines = [
         f"`{Path(model.path).name}`, threads={args.threads}, {len(prompts)} prompts x {args.tokens} tokens, "
-        f"{args.reps} interleaved repetitions (probe: {args.cost_reps} per repetition); medians.",
+        f"{args.reps} interleaved repetitions (probe: {args.cost_reps} per repetition); medians; "
+        f"MTP driver: {probe.driver}.",
         "",
         "| n_draft | verify ms / iter (engine) | verify ms (probe) | head ms / iter (engine) "
-        "| draft + catch-up ms (probe, at the measured acceptance) | per-position acceptance "
+        "| head ms / iter (probe, at the measured acceptance) | per-position acceptance "
         "| speedup measured | speedup predicted |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -103,22 +92,16 @@ def main() -> int:
         if k == 0:
             lines.append(f"| plain | {verify:.3f} | {probe.target_ms[0]:.3f} | - | - | - | 1.00 | 1.00 |")
             continue
-        reach = [1.0, *per_pos[:k]]
-        p_a = [reach[j] - (reach[j + 1] if j < k else 0.0) for j in range(k + 1)]
-        head_probe = probe.draft_ms[k - 1] + sum(p * probe.catch_up_ms[j] for j, p in enumerate(p_a))
+        rates = conditional_rates(per_pos)
+        head_probe = head_ms(probe, k, rates)
         verify_probe = probe.verify_ms(k)
         lines.append(
             f"| {k} | {verify:.3f} | {verify_probe:.3f} | {head:.3f} | {head_probe:.3f} "
             f"| {'/'.join(f'{x:.2f}' for x in per_pos)} | {tps / plain_tps:.2f} "
-            f"| {predicted_speedup(probe, k, per_pos):.2f} |"
+            f"| {probe.speedup(k, rates):.2f} |"
         )
     lines += ["", f"Plain decoding: {plain_tps:.1f} t/s. Forced-acceptance model rows of the cost model:"]
-    lines += [
-        "n_draft=" + ", ".join(
-            f"{k}: {expected_committed(k, 1.0) * probe.plain_token_ms() / probe.iteration_ms(k, 1.0):.2f}x"
-            for k in ks[1:]
-        )
-    ]
+    lines += ["n_draft=" + ", ".join(f"{k}: {probe.speedup(k, 1.0):.2f}x" for k in ks[1:])]
     write_table("\n".join(lines), args.out, "cost_curve.md")
     return 0
 

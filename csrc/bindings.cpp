@@ -104,6 +104,10 @@ PYBIND11_MODULE(_core, m) {
         d["sample"] = py::make_tuple(c.sample.median_us, c.sample.min_us);
         d["catch_up_rows"] = timings(c.catch_up_rows);
         d["draft_passes"] = timings(c.draft_passes);
+        py::list fused;
+        for (const auto & per_k : c.fused) fused.append(timings(per_k));
+        d["fused"] = fused;
+        d["driver"] = c.driver;
         return d;
     }, py::arg("target"), py::arg("draft").none(true), py::arg("options"), py::arg("fill") = 128,
        py::arg("reps") = 20, py::arg("warmup") = 3,

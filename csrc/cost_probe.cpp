@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "counters.hpp"
+#include "drafter.hpp"
 #include "errors.hpp"
 #include "llama-cpp.h"
 #include "runtime.hpp"
@@ -37,6 +38,7 @@ struct Probe {
     llama_context_ptr ctx_tgt;
     llama_context_ptr ctx_dft;
     std::vector<common_speculative_ptr> specs;  // [0]: n_max = n_draft (catch-up); [k]: n_max = k
+    std::unique_ptr<MtpDrafter> drafter;        // mtp_llm's fused driver, where it applies
     common_sampler_ptr sampler;
     common_batch batch;
 };
@@ -129,7 +131,11 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
         if (!p.ctx_dft) {
             fail(ErrorKind::MissingMtpHead, with_log("cost probe: llama.cpp could not create the MTP context"));
         }
-        common_context_can_seq_rm(p.ctx_dft.get());
+        const common_context_seq_rm_type rm_dft = common_context_can_seq_rm(p.ctx_dft.get());
+        // The engine's choice of driver (Session::create_contexts).
+        if (llama_model_n_layer_nextn(head->get()) == 1 && rm_dft != COMMON_CONTEXT_SEQ_RM_TYPE_FULL) {
+            p.drafter = std::make_unique<MtpDrafter>(p.ctx_tgt.get(), p.ctx_dft.get());
+        }
         for (int32_t k = 0; k <= n_draft; ++k) {
             common_params_speculative sp;
             sp.types = {COMMON_SPECULATIVE_TYPE_DRAFT_MTP};
@@ -153,7 +159,7 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
     // Context: `fill` tokens through the target and (as a prompt is) the head.
     llama_context * tgt = p.ctx_tgt.get();
     llama_context * dft = p.ctx_dft.get();
-    const std::vector<llama_token> ctx_tokens = fill_tokens(*target, fill + max_rows);
+    const std::vector<llama_token> ctx_tokens = fill_tokens(*target, fill + max_rows + 1);
     const llama_tokens prompt(ctx_tokens.begin(), ctx_tokens.begin() + fill);
     const int32_t n_batch = (int32_t) llama_n_batch(tgt);
     for (int32_t done = 0; done < fill;) {
@@ -189,6 +195,10 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
     std::vector<std::vector<double>> t_target(max_rows), t_catch(head ? max_rows : 0), t_draft(head ? n_draft : 0);
     std::vector<double> t_sample;
     llama_tokens drafted;
+    std::vector<std::vector<std::vector<double>>> t_fused(p.drafter ? n_draft : 0);
+    for (int32_t k = 1; k <= (int32_t) t_fused.size(); ++k) {
+        t_fused[k - 1].resize(k + 1);
+    }
     // Each pass is timed in the order the loops run it, so it finds the caches as it would
     // there: plain decoding is one-row passes back to back; an MTP iteration is the verify,
     // the samples, the head's catch-up and the next draft.
@@ -254,6 +264,28 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
             timed_catch_up(r, keep);
             rollback();
         }
+        // The fused driver: after a draft of k from `fill` and its verify, j drafts accepted,
+        // the next draft of k decodes the j accepted rows and the new last token in its
+        // first step.
+        for (int32_t k = 1; k <= (int32_t) t_fused.size(); ++k) {
+            for (int32_t j = 0; j <= k; ++j) {
+                p.drafter->reset();
+                drafted.clear();
+                if (p.drafter->draft(ctx_tokens[fill], fill, k, drafted) != 0) {
+                    fail(ErrorKind::Decode, with_log("cost probe: the fused MTP driver failed to draft"));
+                }
+                verify_batch(k + 1);
+                decode(tgt, p.batch, "verify batch");
+                p.drafter->accept(p.batch, (size_t) j);
+                drafted.clear();
+                const auto t0 = std::chrono::steady_clock::now();
+                if (p.drafter->draft(ctx_tokens[fill + j + 1], fill + j + 1, k, drafted) != 0) {
+                    fail(ErrorKind::Decode, with_log("cost probe: the fused MTP driver failed to draft"));
+                }
+                if (keep) t_fused[k - 1][j].push_back(elapsed_us(t0));
+                rollback();
+            }
+        }
     }
 
     CostCurve c;
@@ -266,6 +298,11 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
     c.sample = summarise(std::move(t_sample));
     for (auto & v : t_catch) c.catch_up_rows.push_back(summarise(std::move(v)));
     for (auto & v : t_draft) c.draft_passes.push_back(summarise(std::move(v)));
+    for (auto & per_k : t_fused) {
+        c.fused.emplace_back();
+        for (auto & v : per_k) c.fused.back().push_back(summarise(std::move(v)));
+    }
+    c.driver = !head ? "none" : p.drafter && opts.fuse_catch_up ? "fused" : "upstream";
     return c;
 }
 

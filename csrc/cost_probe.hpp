@@ -17,6 +17,9 @@
 //                                  common_speculative_draft of k tokens: k
 //                                  sequential one-row head passes with their
 //                                  top-k sampling
+//   fused draft k, j accepted      mtp_llm's own driver (csrc/drafter.*, single-head
+//                                  models): the draft of k tokens whose first decode
+//                                  also carries the j accepted rows (its catch-up)
 //
 // Passes run in the order the loops run them, so that each finds the CPU caches as it
 // would there: plain decoding's pass follows a one-row pass; an MTP iteration is the
@@ -51,6 +54,8 @@ struct CostCurve {
     CostTiming sample;                    // one greedy sample from a target row
     std::vector<CostTiming> catch_up_rows;  // [r-1]: head catch-up over r rows (empty without a head)
     std::vector<CostTiming> draft_passes;   // [k-1]: drafting k tokens (empty without a head)
+    std::vector<std::vector<CostTiming>> fused;  // [k-1][j]: fused draft of k after j accepted (empty if n/a)
+    std::string driver;                     // what a Session with these options uses: "fused", "upstream", "none"
 };
 
 // `draft` holds the MTP head when it is a sidecar; null = the target's own head. Without

@@ -9,7 +9,9 @@ pass repeated with the caches rolled back in between, passes interleaved):
 * one greedy sample from a row of target logits;
 * the MTP head drafting ``k`` tokens (``k`` one-row head passes, each with its top-k
   sampling), for ``k = 1 .. n_draft``;
-* the head's catch-up over ``r`` verified rows (``common_speculative_process``).
+* the head's catch-up over ``r`` verified rows (``common_speculative_process``);
+* with mtp_llm's fused driver (``csrc/drafter.*``, single-head models, the engine's default):
+  the draft of ``k`` tokens whose first decode also carries the ``j`` accepted rows.
 
 :class:`CostCurve` turns these into the expected speedup of MTP over plain decoding for a
 per-position acceptance ``a`` (each draft is right with probability ``a`` given the earlier
@@ -17,12 +19,13 @@ ones were) and draft length ``k``. With ``A`` the number of accepted drafts,
 ``P(A = j) = a**j * (1 - a)`` for ``j < k`` and ``P(A = k) = a**k``:
 
     E[committed tokens per iteration] = 1 + a + a**2 + ... + a**k
-    iteration = verify(k + 1) + draft(k) + E[catch_up(A + 1) + (A + 1) * sample]
+    iteration = verify(k + 1) + E[head(k, A) + (A + 1) * sample]
     plain token = pass(1) + sample
     speedup = E[committed] * plain token / iteration
 
-(the target samples the accepted drafts plus one token of its own; the head catches up on
-the last committed token and the accepted drafts).
+where ``head(k, j)`` is the fused draft of ``k`` after ``j`` accepted drafts, or, with llama.cpp's
+driver, ``draft(k) + catch_up(j + 1)`` (the head catches up on the last committed token and the
+accepted drafts, then drafts). The target samples the accepted drafts plus one token of its own.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ class CostCurve:
     """[k - 1]: the head drafting k tokens (k passes with sampling); empty without a head."""
     catch_up_ms: tuple[float, ...]
     """[r - 1]: the head's catch-up over r verified rows; empty without a head."""
+    fused_ms: tuple[tuple[float, ...], ...] = ()
+    """[k - 1][j]: the fused driver's draft of k tokens after j accepted drafts; empty where it does not apply."""
+    driver: str = "upstream"
+    """The driver a session with the probe's options uses: "fused", "upstream" or "none"."""
     target_min_ms: tuple[float, ...] = ()
     draft_min_ms: tuple[float, ...] = ()
     catch_up_min_ms: tuple[float, ...] = ()
@@ -69,6 +76,8 @@ class CostCurve:
             target_min_ms=low(d["target_rows"]),
             draft_min_ms=low(d["draft_passes"]),
             catch_up_min_ms=low(d["catch_up_rows"]),
+            fused_ms=tuple(med(rows) for rows in d.get("fused", [])),
+            driver=str(d.get("driver", "upstream")),
             meta={**info, **(meta or {})},
         )
 
@@ -91,19 +100,25 @@ class CostCurve:
     def plain_token_ms(self) -> float:
         return self.target_ms[0] + self.sample_ms
 
-    def iteration_ms(self, k: int, a: Acceptance) -> float:
+    def head_ms(self, k: int, j: int, driver: str | None = None) -> float:
+        """The head's time in an iteration drafting ``k`` after ``j`` drafts were accepted."""
+        if (driver or self.driver) == "fused" and self.fused_ms:
+            return self.fused_ms[k - 1][j]
+        return self.draft_ms[k - 1] + self.catch_up_ms[j]
+
+    def iteration_ms(self, k: int, a: Acceptance, driver: str | None = None) -> float:
         """Expected time of one draft/verify iteration with draft length ``k``."""
         probs = accepted_distribution(k, a)
-        after = sum(p * (self.catch_up_ms[j] + (j + 1) * self.sample_ms) for j, p in enumerate(probs))
-        return self.verify_ms(k) + self.draft_ms[k - 1] + after
+        after = sum(p * (self.head_ms(k, j, driver) + (j + 1) * self.sample_ms) for j, p in enumerate(probs))
+        return self.verify_ms(k) + after
 
-    def speedup(self, k: int, a: Acceptance) -> float:
+    def speedup(self, k: int, a: Acceptance, driver: str | None = None) -> float:
         """Expected decode speed of MTP with draft length ``k`` over plain decoding."""
-        return expected_committed(k, a) * self.plain_token_ms() / self.iteration_ms(k, a)
+        return expected_committed(k, a) * self.plain_token_ms() / self.iteration_ms(k, a, driver)
 
-    def best(self, a: Acceptance) -> tuple[int, float]:
+    def best(self, a: Acceptance, driver: str | None = None) -> tuple[int, float]:
         """The draft length with the highest expected speedup at acceptance ``a``, and that speedup."""
-        return max(((k, self.speedup(k, a)) for k in range(1, self.n_draft + 1)), key=lambda t: t[1])
+        return max(((k, self.speedup(k, a, driver)) for k in range(1, self.n_draft + 1)), key=lambda t: t[1])
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -124,6 +139,25 @@ def _rates(k: int, a: Acceptance) -> list[float]:
         return [float(a)] * k
     rates = list(a) or [0.0]
     return [rates[min(i, len(rates) - 1)] for i in range(k)]
+
+
+def median_curve(curves: Sequence[CostCurve]) -> CostCurve:
+    """Pass by pass, the median of several measurements of one model."""
+    import statistics
+
+    def med(rows: Sequence[Sequence[float]]) -> tuple[float, ...]:
+        return tuple(statistics.median(col) for col in zip(*rows))
+
+    first = curves[0]
+    return dataclasses.replace(
+        first,
+        target_ms=med([c.target_ms for c in curves]),
+        sample_ms=statistics.median(c.sample_ms for c in curves),
+        draft_ms=med([c.draft_ms for c in curves]),
+        catch_up_ms=med([c.catch_up_ms for c in curves]),
+        fused_ms=tuple(med([c.fused_ms[k] for c in curves]) for k in range(len(first.fused_ms))),
+        target_min_ms=(), draft_min_ms=(), catch_up_min_ms=(),
+    )
 
 
 def accepted_distribution(k: int, a: Acceptance) -> list[float]:
@@ -151,6 +185,7 @@ def measure_costs(
     fill: int = 128,
     reps: int = 20,
     warmup: int = 3,
+    fuse_catch_up: bool = True,
 ) -> CostCurve:
     """Time the passes of the draft/verify loop for ``model`` (an :class:`mtp_llm.Model`).
 
@@ -162,7 +197,8 @@ def measure_costs(
     from .options import SessionOptions
 
     options = SessionOptions(
-        n_draft=n_draft, n_ctx=max(512, fill + n_draft + 16), n_threads=n_threads, flash_attn=flash_attn
+        n_draft=n_draft, n_ctx=max(512, fill + n_draft + 16), n_threads=n_threads, flash_attn=flash_attn,
+        fuse_catch_up=fuse_catch_up,
     )
     native = _core.measure_costs(
         model._native, draft_model._native if draft_model is not None else None, options.to_native(),
@@ -233,6 +269,11 @@ def markdown(curve: CostCurve, weights: dict[str, int] | None = None, acceptance
         )
     for r, (t, lo) in enumerate(zip(curve.catch_up_ms, curve.catch_up_min_ms or curve.catch_up_ms), start=1):
         lines.append(f"| head: catch-up over {r} row{'s' if r > 1 else ''} | {t:.3f} ({lo:.3f}) | {t / one:.2f} |")
+    for k, per_j in enumerate(curve.fused_ms, start=1):
+        lines.append(
+            f"| head, fused driver: draft {k} after 0 / {k} accepted "
+            f"| {per_j[0]:.3f} / {per_j[-1]:.3f} | {per_j[0] / one:.2f} / {per_j[-1] / one:.2f} |"
+        )
     if weights and weights.get("head_pass") and curve.n_draft:
         share = weights["head_pass"] / weights["target_pass"]
         head = curve.head_pass_ms() / one
@@ -244,10 +285,12 @@ def markdown(curve: CostCurve, weights: dict[str, int] | None = None, acceptance
         ]
     if curve.n_draft:
         ks = range(1, curve.n_draft + 1)
+        driver = {"fused": "mtp_llm's fused driver", "upstream": "llama.cpp's common_speculative driver"}.get(
+            curve.driver, curve.driver)
         lines += [
             "",
-            "Expected speedup over plain decoding (cost model: E[committed] x (pass(1) + sample) / iteration; "
-            "see `mtp_llm.costs`):",
+            f"Expected speedup over plain decoding with {driver} (the engine's for these options; cost model: "
+            "E[committed] x (pass(1) + sample) / iteration, see `mtp_llm.costs`):",
             "",
             "| acceptance per position | " + " | ".join(f"n_draft={k}" for k in ks) + " | best |",
             "|---|" + "---|" * (len(ks) + 1),
@@ -262,6 +305,10 @@ def markdown(curve: CostCurve, weights: dict[str, int] | None = None, acceptance
             cells = " | ".join(f"{curve.speedup(k, measured):.2f}x" for k in ks)
             label = "/".join(f"{r:.2f}" for r in measured)
             lines.append(f"| this model, measured: {label} | {cells} | n_draft={k_best}: {s_best:.2f}x |")
+        if curve.driver == "fused":
+            other = " / ".join(f"{curve.best(a, 'upstream')[1]:.2f}x" for a in (0.7, 0.8, 0.9, 1.0))
+            lines += ["", f"With llama.cpp's driver instead (fuse_catch_up=False), best at 0.7 / 0.8 / 0.9 / 1.0: "
+                          f"{other}."]
         breakeven = [a for a in (x / 100 for x in range(0, 101)) if curve.best(a)[1] >= 1.0]
         lines.append("")
         lines.append(

@@ -221,6 +221,12 @@ def test_cost_probe_times_every_pass(synth_dir: Path) -> None:
     assert all(t > 0 for t in (*curve.target_ms, *curve.draft_ms, *curve.catch_up_ms, curve.sample_ms))
     assert all(lo <= med for lo, med in zip(curve.target_min_ms, curve.target_ms))
     assert curve.meta["n_threads"] == THREADS and curve.meta["fill"] == 32
+    # The engine's fused driver: a draft of k after j accepted drafts, for every j <= k.
+    assert curve.driver == "fused" and [len(row) for row in curve.fused_ms] == [2, 3]
+    assert curve.head_ms(2, 1) == curve.fused_ms[1][1]
+    assert curve.head_ms(2, 1, "upstream") == curve.draft_ms[1] + curve.catch_up_ms[1]
+    upstream = measure_costs(model, n_draft=1, n_threads=THREADS, fill=8, reps=1, warmup=0, fuse_catch_up=False)
+    assert upstream.driver == "upstream"
     table = markdown(curve, mark=1.0)
     assert "| 1.00 (this model) |" in table and "n_draft=2" in table
     # After the probe, the model still decodes normally in a session.
