@@ -96,7 +96,7 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
 
     ensure_backend();
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) std::max(opts.n_ctx, fill + max_rows + 8);
+    cp.n_ctx = (uint32_t) std::max(opts.n_ctx, fill + 2 * max_rows + 8);  // a fused draft reaches fill + 2 n_draft
     cp.n_batch = (uint32_t) std::max(opts.n_batch, max_rows);
     cp.n_ubatch = cp.n_batch;
     cp.n_seq_max = 1;
