@@ -179,6 +179,7 @@ def run_bench(
         "reps": reps,
         "warmup": warmup,
         "rollback": sessions[configs[-1]].rollback_mode,
+        "mtp_driver": sessions[configs[-1]].mtp_driver,
         "flash_attn": {None: "default", True: "on", False: "off"}[flash_attn],
         "draft_head": str(draft.path) if draft else "embedded",
     }
