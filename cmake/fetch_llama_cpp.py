@@ -28,7 +28,9 @@ VENDOR_PREFIX = f"llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp/"
 
 PATCH_DIR = Path(__file__).resolve().parent.parent / "patches" / "llama.cpp"
 # Applied in this order; each file must have this sha256 (see patches/README.md).
-PATCHES: dict[str, str] = {}
+PATCHES: dict[str, str] = {
+    "0001-small-batch-matmul.patch": "5c55446fb6fe6f4f18eae6417f8c044d839b2d4aa9c0ef85315aecea31035cc5",
+}
 STAMP = ".mtp_llm_patches"
 
 
@@ -100,9 +102,16 @@ def patch_stamp() -> str:
 
 
 def apply_patches(tree: Path) -> None:
+    import shutil
+
     for name in PATCHES:
-        subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(PATCH_DIR / name)],
-                       cwd=tree, check=True, stdout=sys.stderr)
+        patch = str(PATCH_DIR / name)
+        if shutil.which("patch"):
+            cmd = ["patch", "-p1", "--forward", "--batch", "--silent", "-i", patch]
+        else:
+            # The sdist's tree holds a stray .git file; keep git from looking for a repository.
+            cmd = ["git", "--git-dir=/nonexistent", "apply", "-p1", "--whitespace=nowarn", patch]
+        subprocess.run(cmd, cwd=tree, check=True, stdout=sys.stderr)
 
 
 def ensure_llama_cpp(cache_dir: Path) -> Path:
