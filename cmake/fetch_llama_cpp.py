@@ -30,6 +30,7 @@ PATCH_DIR = Path(__file__).resolve().parent.parent / "patches" / "llama.cpp"
 # Applied in this order; each file must have this sha256 (see patches/README.md).
 PATCHES: dict[str, str] = {
     "0001-small-batch-matmul.patch": "5c55446fb6fe6f4f18eae6417f8c044d839b2d4aa9c0ef85315aecea31035cc5",
+    "0002-repack-padded-gemm.patch": "59e18fc4cfe76cd4e6b720a921f5b444973d1cff634cc0165f3ce65470cdf432",
 }
 STAMP = ".mtp_llm_patches"
 
