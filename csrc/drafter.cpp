@@ -12,10 +12,12 @@ MtpDrafter::MtpDrafter(llama_context * target, llama_context * head)
       n_embd_(llama_model_n_embd_out(llama_get_model(head))),
       n_vocab_(llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(head)))),
       batch_(head) {
-    // The target exposes its post-norm hidden state for every row (not only
-    // output rows); the head for its output rows.
+    // Both contexts expose the hidden state of every row, indexed by batch
+    // position. The head's MTP graphs keep all rows in their nextn output, while
+    // masked mode copies only the first n_outputs rows: right for llama.cpp's
+    // one-row draft batches, wrong for a fused batch whose output row is last.
     llama_set_embeddings_nextn(target_, true, /*masked=*/false);
-    llama_set_embeddings_nextn(head_, true, /*masked=*/true);
+    llama_set_embeddings_nextn(head_, true, /*masked=*/false);
     reset();
 }
 
