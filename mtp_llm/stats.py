@@ -67,7 +67,10 @@ class MTPStats:
     """Tokens committed per drafting verify pass: 1 + drafts_accepted / passes.
     Equals 1 + acceptance_rate * n_draft when every pass drafts n_draft tokens."""
     acceptance_rate_per_position: tuple[float, ...]
-    """Per draft position i: accepted / proposed at i (conditional on reaching i)."""
+    """Per draft position i: acceptances at i / drafts proposed at i. A draft at i is
+    accepted only if the drafts before it were, so this reads P(first i+1 drafts all
+    accepted), about a^(i+1) for a per-position rate a; the rate given the previous
+    position is the ratio of neighbours (``mtp-llm bench`` prints both)."""
     prompt_tokens: int
     prompt_us: int
     """Prompt-processing time in microseconds."""
