@@ -92,7 +92,7 @@ def check_tensor_shapes(
 
 
 class ModelConfig(Protocol):
-    """What :func:`start_file` reads of a writer's model shape (``HyV3Config``, ``Qwen35Config``)."""
+    """What :func:`start_file` and :func:`open_writer` read of a writer's model shape (``HyV3Config``, ``Qwen35Config``)."""
 
     @property
     def name(self) -> str: ...
@@ -114,13 +114,17 @@ class ModelConfig(Protocol):
 def start_file(
     path: str | Path, arch: str, config: ModelConfig, tensors: Mapping[str, np.ndarray], *, file_type: int
 ) -> Any:
-    """Check ``tensors`` against ``config`` and open a ``gguf.GGUFWriter`` for ``arch`` with the
-    metadata every writer sets: name, file type, context, sizes, and ``n_layer`` trunk blocks
-    followed by ``n_nextn`` MTP blocks. The caller adds its architecture's keys, the
-    vocabulary and the tensors, then calls :func:`finish_file`."""
+    """Check ``tensors`` against ``config`` and :func:`open_writer`. The caller adds its
+    architecture's keys, the vocabulary and the tensors, then calls :func:`finish_file`."""
+    check_tensor_shapes(config.tensor_shapes(), tensors, (config.n_vocab, config.n_embd))
+    return open_writer(path, arch, config, file_type=file_type)
+
+
+def open_writer(path: str | Path, arch: str, config: ModelConfig, *, file_type: int) -> Any:
+    """A ``gguf.GGUFWriter`` for ``arch`` with the metadata every writer sets: name, file type,
+    context, sizes, and ``n_layer`` trunk blocks followed by ``n_nextn`` MTP blocks."""
     import gguf
 
-    check_tensor_shapes(config.tensor_shapes(), tensors, (config.n_vocab, config.n_embd))
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(config.name)
     writer.add_file_type(file_type)

@@ -96,6 +96,16 @@ def _part_tensors(name: str, config: HyV3Config, part: Part) -> bool:
     return shared or not _is_trunk_tensor(name, config)
 
 
+def add_hy_v3_keys(writer: Any, config: HyV3Config) -> None:
+    """The hy_v3 metadata keys past :func:`~.common.open_writer`'s common ones."""
+    writer.add_expert_feed_forward_length(config.n_ff)
+    writer.add_head_count(config.n_head)
+    writer.add_head_count_kv(config.n_head_kv)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_rope_freq_base(config.rope_freq_base)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+
+
 def write_hy_v3(
     path: str | Path,
     config: HyV3Config,
@@ -118,12 +128,7 @@ def write_hy_v3(
 
     path = Path(path)
     writer = start_file(path, ARCH, config, tensors, file_type=GGUF_FILE_TYPE[file_type])
-    writer.add_expert_feed_forward_length(config.n_ff)
-    writer.add_head_count(config.n_head)
-    writer.add_head_count_kv(config.n_head_kv)
-    writer.add_rope_dimension_count(config.head_dim)
-    writer.add_rope_freq_base(config.rope_freq_base)
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    add_hy_v3_keys(writer, config)
 
     add_bpe_vocab(writer, vocab, chat_template)
 

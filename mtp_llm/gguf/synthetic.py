@@ -54,12 +54,13 @@ from .common import (
     BpeVocab,
     add_bpe_vocab,
     ggml_type,
+    open_writer,
     tiny_vocab,
     write_streamed,
     written_atomically,
 )
+from .hyv3 import ARCH, HyV3Config, add_hy_v3_keys
 
-ARCH = "hy_v3"
 WeightFormat = Literal["f32", "f16", "q8_0", "q4_0"]
 FORMATS: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_0")
 
@@ -77,24 +78,11 @@ _ASPECT = 64.0  # target n_embd / n_layer (GPT-2 small: 768 / 12)
 
 
 @dataclasses.dataclass(frozen=True)
-class SyntheticShape:
+class SyntheticShape(HyV3Config):
     """A dense hy_v3 shape: ``n_layer`` trunk blocks plus one MTP block, untied output."""
 
-    n_vocab: int
-    n_embd: int
-    n_layer: int
-    n_head: int
-    n_head_kv: int
-    n_ff: int
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
     def block_params(self) -> int:
-        e, hd = self.n_embd, self.head_dim
-        attn = 2 * e * self.n_head * hd + 2 * e * self.n_head_kv * hd
-        return attn + 3 * e * self.n_ff + 2 * e + 2 * hd
+        return sum(math.prod(shape) for shape in self.block_shapes().values())
 
     @property
     def n_params(self) -> int:
@@ -445,26 +433,13 @@ class _Plan:
 
 def write_synthetic(path: str | Path, spec: SyntheticSpec) -> Path:
     """Write the model ``spec`` describes to ``path`` (streamed: one tensor in memory at a time)."""
-    import gguf
-
     path = Path(path)
     s = spec.shape
     plan = _Plan(spec)
-    writer = gguf.GGUFWriter(str(path), ARCH)
     acc = "forced" if spec.forced else f"acceptance {spec.acceptance}"
-    writer.add_name(f"mtp-llm-synthetic-{format_size(s.n_params)}-{acc}")
-    writer.add_file_type(GGUF_FILE_TYPE[spec.fmt])
-    writer.add_context_length(4096)
-    writer.add_embedding_length(s.n_embd)
-    writer.add_block_count(s.n_layer + 1)
-    writer.add_nextn_predict_layers(1)
-    writer.add_feed_forward_length(s.n_ff)
-    writer.add_expert_feed_forward_length(s.n_ff)
-    writer.add_head_count(s.n_head)
-    writer.add_head_count_kv(s.n_head_kv)
-    writer.add_rope_dimension_count(s.head_dim)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-6)
+    config = dataclasses.replace(s, name=f"mtp-llm-synthetic-{format_size(s.n_params)}-{acc}")
+    writer = open_writer(path, ARCH, config, file_type=GGUF_FILE_TYPE[spec.fmt])
+    add_hy_v3_keys(writer, config)
     add_bpe_vocab(writer, synthetic_vocab(s.n_vocab))
 
     write_streamed(writer, [
