@@ -95,20 +95,11 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
     const int32_t max_rows = n_draft + 1;
 
     ensure_backend();
-    llama_context_params cp = llama_context_default_params();
+    llama_context_params cp = to_context_params(opts);
     cp.n_ctx = (uint32_t) std::max(opts.n_ctx, fill + 2 * max_rows + 8);  // a fused draft reaches fill + 2 n_draft
     cp.n_batch = (uint32_t) std::max(opts.n_batch, max_rows);
     cp.n_ubatch = cp.n_batch;
-    cp.n_seq_max = 1;
-    cp.n_threads = opts.n_threads.value_or(default_threads());
-    cp.n_threads_batch = opts.n_threads_batch.value_or(cp.n_threads);
-    const llama_flash_attn_type fa = resolve_flash_attn(opts);
-    cp.flash_attn_type = fa;
-    if (const int32_t t = cache_type(opts.type_k, "type_k"); t >= 0) cp.type_k = (ggml_type) t;
-    if (const int32_t t = cache_type(opts.type_v, "type_v"); t >= 0) cp.type_v = (ggml_type) t;
-    cp.offload_kqv = opts.offload_kqv;
-    cp.no_perf = true;
-    cp.n_outputs_max = 0;
+    const llama_flash_attn_type fa = cp.flash_attn_type;
     cp.n_rs_seq = (uint32_t) max_rows;  // hybrid targets roll back whole verify batches
 
     Probe p;
@@ -133,7 +124,7 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
         }
         const common_context_seq_rm_type rm_dft = common_context_can_seq_rm(p.ctx_dft.get());
         // The engine's choice of driver (Session::create_contexts).
-        if (llama_model_n_layer_nextn(head->get()) == 1 && rm_dft != COMMON_CONTEXT_SEQ_RM_TYPE_FULL) {
+        if (MtpDrafter::applies(head->get(), rm, rm_dft)) {
             p.drafter = std::make_unique<MtpDrafter>(p.ctx_tgt.get(), p.ctx_dft.get());
         }
         for (int32_t k = 0; k <= n_draft; ++k) {

@@ -21,6 +21,12 @@ MtpDrafter::MtpDrafter(llama_context * target, llama_context * head)
     reset();
 }
 
+bool MtpDrafter::applies(const llama_model * head, common_context_seq_rm_type target_rm,
+                         common_context_seq_rm_type head_rm) {
+    return llama_model_n_layer_nextn(head) == 1 && target_rm != COMMON_CONTEXT_SEQ_RM_TYPE_FULL &&
+           head_rm != COMMON_CONTEXT_SEQ_RM_TYPE_FULL;
+}
+
 void MtpDrafter::reset() {
     pending_tokens_.clear();
     pending_pos_.clear();

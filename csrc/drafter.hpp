@@ -20,6 +20,11 @@ class MtpDrafter {
 public:
     MtpDrafter(llama_context * target, llama_context * head);
 
+    // The fused driver covers single-head models whose caches roll back in place;
+    // chained heads and checkpointed (recurrent) caches keep llama.cpp's driver.
+    static bool applies(const llama_model * head, common_context_seq_rm_type target_rm,
+                        common_context_seq_rm_type head_rm);
+
     // Start of a generation (both caches are empty): the first row pairs with zeros.
     void reset();
     // Rows the target just decoded (a prompt chunk, positions in order): decoded

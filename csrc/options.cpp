@@ -125,6 +125,23 @@ common_params_sampling to_common_params(const SamplingOptions & s) {
     return sp;
 }
 
+llama_context_params to_context_params(const ContextOptions & o) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) o.n_ctx;
+    cp.n_batch = (uint32_t) o.n_batch;
+    cp.n_ubatch = (uint32_t) o.n_batch;
+    cp.n_seq_max = 1;
+    cp.n_threads = o.n_threads.value_or(default_threads());
+    cp.n_threads_batch = o.n_threads_batch.value_or(cp.n_threads);
+    cp.flash_attn_type = resolve_flash_attn(o);
+    if (const int32_t t = cache_type(o.type_k, "type_k"); t >= 0) cp.type_k = (ggml_type) t;
+    if (const int32_t t = cache_type(o.type_v, "type_v"); t >= 0) cp.type_v = (ggml_type) t;
+    cp.offload_kqv = o.offload_kqv;
+    cp.no_perf = true;
+    cp.n_outputs_max = 0;
+    return cp;
+}
+
 std::string json_schema_grammar(const std::string & schema_json) {
     try {
         return json_schema_to_grammar(common_json::parse(schema_json));

@@ -57,6 +57,9 @@ int32_t cache_type(const std::optional<std::string> & name, const char * option)
 // "auto" is llama.cpp's choice except on CPU-only builds (see options.cpp).
 llama_flash_attn_type resolve_flash_attn(const ContextOptions & o);
 common_params_sampling to_common_params(const SamplingOptions & s);
+// llama.cpp context parameters for `o` (sizes, threads, attention, caches); the
+// caller adds what is its own (abort callback, recurrent-state snapshots).
+llama_context_params to_context_params(const ContextOptions & o);
 
 // GBNF grammar that accepts exactly the JSON documents matching a JSON schema.
 std::string json_schema_grammar(const std::string & schema_json);

@@ -71,22 +71,10 @@ const Model * Session::check_head() const {
 
 void Session::create_contexts(const Model * head) {
     ensure_backend();
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) opts_.n_ctx;
-    cp.n_batch = (uint32_t) opts_.n_batch;
-    cp.n_ubatch = (uint32_t) opts_.n_batch;
-    cp.n_seq_max = 1;
-    cp.n_threads = opts_.n_threads.value_or(default_threads());
-    cp.n_threads_batch = opts_.n_threads_batch.value_or(cp.n_threads);
-    flash_attn_type_ = resolve_flash_attn(opts_);
-    cp.flash_attn_type = flash_attn_type_;
-    if (const int32_t t = cache_type(opts_.type_k, "type_k"); t >= 0) cp.type_k = (ggml_type) t;
-    if (const int32_t t = cache_type(opts_.type_v, "type_v"); t >= 0) cp.type_v = (ggml_type) t;
-    cp.offload_kqv = opts_.offload_kqv;
-    cp.no_perf = true;
+    llama_context_params cp = to_context_params(opts_);
+    flash_attn_type_ = cp.flash_attn_type;
     cp.abort_callback = &Session::abort_cb;
     cp.abort_callback_data = this;
-    cp.n_outputs_max = 0;
     cp.n_rs_seq = head != nullptr && opts_.rollback != "checkpoint" ? (uint32_t) opts_.n_draft : 0;
 
     clear_log();
@@ -119,10 +107,7 @@ void Session::create_contexts(const Model * head) {
     }
     seq_rm_dft_ = common_context_can_seq_rm(ctx_dft_.get());
 
-    // The fused driver covers single-head models whose caches roll back in place;
-    // chained heads and checkpointed (recurrent) caches keep llama.cpp's driver.
-    if (opts_.fuse_catch_up && llama_model_n_layer_nextn(head->get()) == 1 &&
-        seq_rm_tgt_ != COMMON_CONTEXT_SEQ_RM_TYPE_FULL && seq_rm_dft_ != COMMON_CONTEXT_SEQ_RM_TYPE_FULL) {
+    if (opts_.fuse_catch_up && MtpDrafter::applies(head->get(), seq_rm_tgt_, seq_rm_dft_)) {
         drafter_ = std::make_unique<MtpDrafter>(ctx_tgt_.get(), ctx_dft_.get());
         return;
     }
