@@ -54,6 +54,26 @@ py::dict counters_to_dict(const mtp::Counters & c) {
     return d;
 }
 
+// The session's counters, with the draft controller's estimates where it can draft.
+py::dict estimates_to_dict(const mtp::ControllerEstimates & e) {
+    py::dict d;
+    d["acceptance"] = e.acceptance;
+    d["iteration_us"] = e.iteration_us;
+    d["expected_tokens_per_s"] = e.expected_tokens_per_s;
+    d["choice"] = e.choice;
+    d["probe_interval"] = e.probe_interval;
+    return d;
+}
+
+// The session's counters, with the draft controller's estimates where it can draft.
+py::dict session_stats(const mtp::Session & self, const mtp::Counters & c) {
+    py::dict d = counters_to_dict(c);
+    if (self.mtp_driver() != "none") {
+        d["draft_controller"] = estimates_to_dict(self.draft_controller());
+    }
+    return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -184,10 +204,20 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("target"), py::arg("head"), py::arg("tokens"), py::arg("n_threads") = 0,
        "Every-position logits and hidden states of the target and the MTP head (export checks).");
 
+    // The automatic draft length's policy on its own, for tests that feed it exact costs.
+    py::class_<mtp::DraftController>(m, "DraftController")
+        .def(py::init<int32_t>(), py::arg("n_max"))
+        .def("choose", &mtp::DraftController::choose, py::arg("limit"))
+        .def("observe", &mtp::DraftController::observe, py::arg("drafted"), py::arg("accepted"), py::arg("us"),
+             py::arg("head_us"), py::arg("resumed") = false)
+        .def("estimates", [](const mtp::DraftController & self) { return estimates_to_dict(self.estimates()); });
+
     // Option structs with named fields: mtp_llm.options fills them by field name.
     py::class_<mtp::ContextOptions>(m, "ContextOptions")
         .def(py::init<>())
         .def_readwrite("n_draft", &mtp::ContextOptions::n_draft)
+        .def_readwrite("n_draft_max", &mtp::ContextOptions::n_draft_max)
+        .def_readwrite("p_min", &mtp::ContextOptions::p_min)
         .def_readwrite("n_ctx", &mtp::ContextOptions::n_ctx)
         .def_readwrite("n_batch", &mtp::ContextOptions::n_batch)
         .def_readwrite("n_threads", &mtp::ContextOptions::n_threads)
@@ -249,12 +279,13 @@ PYBIND11_MODULE(_core, m) {
         .def("end", &mtp::Session::end)
         .def("cancel", &mtp::Session::cancel, "Stop the running generation at the next graph node (any thread).")
         .def_property_readonly("active", &mtp::Session::active)
-        .def("stats", [](const mtp::Session & self) { return counters_to_dict(self.stats()); })
-        .def("call_stats", [](const mtp::Session & self) { return counters_to_dict(self.call_stats()); })
+        .def("stats", [](const mtp::Session & self) { return session_stats(self, self.stats()); })
+        .def("call_stats", [](const mtp::Session & self) { return session_stats(self, self.call_stats()); })
         .def("reset_stats", &mtp::Session::reset_stats)
         .def("print_stats", &mtp::Session::print_stats, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("n_ctx", &mtp::Session::n_ctx)
         .def_property_readonly("n_draft", [](const mtp::Session & self) { return self.options().n_draft; })
+        .def_property_readonly("n_draft_max", [](const mtp::Session & self) { return mtp::longest_draft(self.options()); })
         .def_property_readonly("rollback_mode", &mtp::Session::rollback_mode)
         .def_property_readonly("flash_attn", &mtp::Session::flash_attn)
         .def_property_readonly("mtp_driver", &mtp::Session::mtp_driver);

@@ -91,7 +91,7 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
         fail(ErrorKind::ModelLoad, "cost probe: '" + target->path() + "' is an MTP sidecar: pass the trunk as target");
     }
     const Model * head = head_of(target, draft);
-    const int32_t n_draft = std::max(1, opts.n_draft);
+    const int32_t n_draft = std::max(1, longest_draft(opts));
     const int32_t max_rows = n_draft + 1;
 
     ensure_backend();
@@ -125,7 +125,7 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
         const common_context_seq_rm_type rm_dft = common_context_can_seq_rm(p.ctx_dft.get());
         // The engine's choice of driver (Session::create_contexts).
         if (MtpDrafter::applies(head->get(), rm, rm_dft)) {
-            p.drafter = std::make_unique<MtpDrafter>(p.ctx_tgt.get(), p.ctx_dft.get());
+            p.drafter = std::make_unique<MtpDrafter>(p.ctx_tgt.get(), p.ctx_dft.get(), 0.0f);
         }
         for (int32_t k = 0; k <= n_draft; ++k) {
             common_params_speculative sp;

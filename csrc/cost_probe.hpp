@@ -60,7 +60,7 @@ struct CostCurve {
 
 // `draft` holds the MTP head when it is a sidecar; null = the target's own head. Without
 // a head in memory (none in the file, or loaded with load_mtp=False) only the target's
-// passes are timed. opts.n_draft sets the longest draft.
+// passes are timed. longest_draft(opts) sets the longest draft.
 CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared_ptr<Model> & draft,
                         const ContextOptions & opts, int32_t fill, int32_t reps, int32_t warmup);
 

@@ -19,6 +19,7 @@ constexpr int kMaxDraftPositions = 16;
     X(drafts_generated, Sum, "draft tokens proposed (replays excluded)")                            \
     X(drafts_accepted, Sum, "draft tokens accepted (replays excluded)")                             \
     X(tokens_emitted, Sum, "tokens committed to the output")                                        \
+    X(tokens_undrafted, Sum, "tokens committed by passes that drafted nothing (plain decoding)")    \
     X(prompt_tokens, Sum, "prompt tokens")                                                          \
     X(generations, Sum, "generation calls")                                                         \
     X(t_draft_us, Sum, "MTP head: drafting and catching its KV cache up")                          \

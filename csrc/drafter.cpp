@@ -1,17 +1,52 @@
 #include "drafter.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "llama-ext.h"
 
 namespace mtp {
 
-MtpDrafter::MtpDrafter(llama_context * target, llama_context * head)
+namespace {
+
+constexpr size_t kResumeWindow = 32;  // rows the head catches up on after a plain stretch
+
+// Probability of the top logit among the top 10, llama.cpp's draft confidence
+// (its draft-mtp sampler is top-k 10 and compares the first candidate to p_min).
+float top_probability(const float * logits, int32_t n_vocab) {
+    constexpr int kTop = 10;
+    float top[kTop];
+    int n = 0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        const float l = logits[i];
+        if (n < kTop) {
+            top[n++] = l;
+            std::push_heap(top, top + n, std::greater<float>());
+        } else if (l > top[0]) {
+            std::pop_heap(top, top + n, std::greater<float>());
+            top[n - 1] = l;
+            std::push_heap(top, top + n, std::greater<float>());
+        }
+    }
+    const float max = *std::max_element(top, top + n);
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        sum += std::exp(top[i] - max);
+    }
+    return 1.0f / sum;
+}
+
+}  // namespace
+
+MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, float p_min)
     : target_(target), head_(head),
       n_embd_(llama_model_n_embd_out(llama_get_model(head))),
       n_vocab_(llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(head)))),
-      batch_(head) {
+      batch_(head),
+      window_(std::min(kResumeWindow, (size_t) llama_n_batch(head) - 1)),
+      p_min_(p_min) {
     // Both contexts expose the hidden state of every row, indexed by batch
     // position. The head's MTP graphs keep all rows in their nextn output, while
     // masked mode copies only the first n_outputs rows: right for llama.cpp's
@@ -33,12 +68,48 @@ void MtpDrafter::reset() {
     pending_h_.clear();
     h_last_.assign((size_t) n_embd_, 0.0f);
     drafted_from_ = -1;
+    cache_dropped_ = false;
+}
+
+void MtpDrafter::keep_last(size_t rows) {
+    const size_t n = pending_tokens_.size();
+    if (n <= rows) {
+        return;
+    }
+    const size_t drop = n - rows;
+    pending_tokens_.erase(pending_tokens_.begin(), pending_tokens_.begin() + drop);
+    pending_pos_.erase(pending_pos_.begin(), pending_pos_.begin() + drop);
+    pending_h_.erase(pending_h_.begin(), pending_h_.begin() + drop * n_embd_);
+    cache_dropped_ = true;
 }
 
 void MtpDrafter::queue(llama_token token, llama_pos pos, const float * h) {
     pending_tokens_.push_back(token);
     pending_pos_.push_back(pos);
     pending_h_.insert(pending_h_.end(), h, h + n_embd_);
+    if (pending_tokens_.size() >= 2 * window_) {
+        keep_last(window_);  // amortised: one move per window_ rows
+    }
+}
+
+void MtpDrafter::defer_prompt(const common_batch & target_batch) {
+    const int32_t n = target_batch.size();
+    if (n <= 0) {
+        return;
+    }
+    const float * h_target = llama_get_embeddings_nextn(target_);
+    const int32_t first = std::max(0, n - (int32_t) window_);
+    if (first > 0) {
+        pending_tokens_.clear();
+        pending_pos_.clear();
+        pending_h_.clear();
+        cache_dropped_ = true;
+    }
+    for (int32_t k = first; k < n; ++k) {
+        queue(target_batch.tokens[k].id, target_batch.tokens[k].pos[0],
+              k == 0 ? h_last_.data() : h_target + (size_t) (k - 1) * n_embd_);
+    }
+    std::memcpy(h_last_.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
 }
 
 int32_t MtpDrafter::process_prompt(const common_batch & target_batch) {
@@ -65,6 +136,11 @@ int32_t MtpDrafter::draft(llama_token id_last, llama_pos pos, int32_t n_max, std
     if (n_max <= 0) {
         return 0;
     }
+    keep_last(window_);
+    if (cache_dropped_) {
+        llama_memory_seq_rm(llama_get_memory(head_), 0, -1, -1);
+        cache_dropped_ = false;
+    }
     batch_.clear();
     for (size_t i = 0; i < pending_tokens_.size(); ++i) {
         const int32_t idx = batch_.add(pending_tokens_[i], pending_pos_[i], 0, false);
@@ -86,6 +162,9 @@ int32_t MtpDrafter::draft(llama_token id_last, llama_pos pos, int32_t n_max, std
         }
         const float * logits = llama_get_logits_ith(head_, last);
         const llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
+        if (p_min_ > 0.0f && top_probability(logits, n_vocab_) < p_min_) {
+            break;
+        }
         out.push_back(id);
         if (step + 1 == n_max) {
             break;

@@ -18,7 +18,9 @@ namespace mtp {
 
 class MtpDrafter {
 public:
-    MtpDrafter(llama_context * target, llama_context * head);
+    // p_min: stop drafting at a token whose probability among the head's top 10
+    // is below it (llama.cpp's draft p_min; 0 = never).
+    MtpDrafter(llama_context * target, llama_context * head, float p_min);
 
     // The fused driver covers single-head models whose caches roll back in place;
     // chained heads and checkpointed (recurrent) caches keep llama.cpp's driver.
@@ -31,6 +33,9 @@ public:
     // into the head's cache with the hidden state of each previous row. Returns
     // llama_process's code (0 = ok).
     int32_t process_prompt(const common_batch & target_batch);
+    // The same rows, kept for later instead of decoded now (plain decoding: the
+    // head only needs them once it drafts again).
+    void defer_prompt(const common_batch & target_batch);
     // Proposes up to n_max tokens following `id_last` at `pos` (appended to `out`);
     // the pending catch-up rows are decoded with the first step. Returns
     // llama_process's code (0 = ok).
@@ -39,10 +44,20 @@ public:
     // first n_accepted drafts: drop the head's speculative rows and queue the
     // accepted ones (with the target's hidden states) for the next draft.
     void accept(const common_batch & verify_batch, size_t n_accepted);
+    // Rows waiting for the head's next decode (the catch-up of its next draft).
+    size_t pending_rows() const { return pending_tokens_.size(); }
 
 private:
     void queue(llama_token token, llama_pos pos, const float * h);
+    void keep_last(size_t rows);
 
+    // While the target decodes without drafting, the head keeps at most the last
+    // `window_` rows to catch up on: a longer plain stretch drops the head's cache
+    // (positions must stay contiguous) and resumes from the window alone, so
+    // drafting again costs one batched decode of at most window_ rows.
+    size_t window_ = 0;
+    bool cache_dropped_ = false;  // rows were dropped: clear the head's cache before the next decode
+    float p_min_ = 0.0f;
     llama_context * target_;
     llama_context * head_;
     int32_t n_embd_ = 0;

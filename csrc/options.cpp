@@ -20,18 +20,50 @@ int32_t cache_type(const std::optional<std::string> & name, const char * option)
     fail(ErrorKind::InvalidOption, std::string(option) + " is not a ggml type name (got '" + *name + "')");
 }
 
-void validate(const ContextOptions & o, int32_t max_draft) {
-    if (o.n_draft < 0 || o.n_draft > max_draft) {
-        fail(ErrorKind::InvalidOption, "n_draft must be between 0 and " + std::to_string(max_draft) +
-                                           " (got " + std::to_string(o.n_draft) + "); 2-4 is typical");
+bool is_auto(const DraftLength & n) { return std::holds_alternative<std::string>(n); }
+
+int32_t longest_draft(const ContextOptions & o) {
+    return is_auto(o.n_draft) ? o.n_draft_max : std::get<int32_t>(o.n_draft);
+}
+
+namespace {
+
+void check_draft_length(const DraftLength & n, int32_t max_draft, const char * what) {
+    if (const auto * s = std::get_if<std::string>(&n)) {
+        if (*s != "auto") {
+            fail(ErrorKind::InvalidOption, std::string(what) + " must be an integer or 'auto' (got '" + *s + "')");
+        }
+        return;
     }
+    const int32_t k = std::get<int32_t>(n);
+    if (k < 0 || k > max_draft) {
+        fail(ErrorKind::InvalidOption, std::string(what) + " must be 'auto' or between 0 and " +
+                                           std::to_string(max_draft) + " (got " + std::to_string(k) + "); 2-4 is typical");
+    }
+}
+
+void check_p_min(float p_min) {
+    if (!(p_min >= 0.0f && p_min <= 1.0f)) {
+        fail(ErrorKind::InvalidOption, "p_min must be in [0, 1] (0 = draft regardless of confidence)");
+    }
+}
+
+}  // namespace
+
+void validate(const ContextOptions & o, int32_t max_draft) {
+    check_draft_length(o.n_draft, max_draft, "n_draft");
+    if (o.n_draft_max < 1 || o.n_draft_max > max_draft) {
+        fail(ErrorKind::InvalidOption, "n_draft_max must be between 1 and " + std::to_string(max_draft) + " (got " +
+                                           std::to_string(o.n_draft_max) + ")");
+    }
+    check_p_min(o.p_min);
     if (o.n_ctx < 16) {
         fail(ErrorKind::InvalidOption, "n_ctx must be at least 16 (got " + std::to_string(o.n_ctx) + ")");
     }
     if (o.n_batch < 1) {
         fail(ErrorKind::InvalidOption, "n_batch must be at least 1 (got " + std::to_string(o.n_batch) + ")");
     }
-    if (o.n_batch <= o.n_draft) {
+    if (o.n_batch <= longest_draft(o)) {
         fail(ErrorKind::InvalidOption, "n_batch must be greater than n_draft (the verify batch holds n_draft + 1 tokens)");
     }
     if ((o.n_threads && *o.n_threads < 1) || (o.n_threads_batch && *o.n_threads_batch < 1)) {
@@ -44,14 +76,13 @@ void validate(const ContextOptions & o, int32_t max_draft) {
     }
 }
 
-void validate(const GenerateOptions & g, int32_t session_n_draft) {
+void validate(const GenerateOptions & g, int32_t session_longest_draft) {
     const auto & s = g.sampling;
     if (g.max_tokens < 1) {
         fail(ErrorKind::InvalidOption, "max_tokens must be at least 1 (got " + std::to_string(g.max_tokens) + ")");
     }
-    if (g.n_draft && (*g.n_draft < 0 || *g.n_draft > session_n_draft)) {
-        fail(ErrorKind::InvalidOption, "per-call n_draft must be between 0 and the session's n_draft (" +
-                                           std::to_string(session_n_draft) + "), got " + std::to_string(*g.n_draft));
+    if (g.n_draft) {
+        check_draft_length(*g.n_draft, session_longest_draft, "per-call n_draft (bounded by the session's longest draft)");
     }
     if (g.timeout && (!(*g.timeout > 0.0) || std::isinf(*g.timeout))) {
         fail(ErrorKind::InvalidOption, "timeout must be a positive number of seconds or None");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "llama.h"
@@ -13,8 +14,13 @@
 
 namespace mtp {
 
+// A draft length: a fixed number of tokens (0 = plain decoding) or "auto".
+using DraftLength = std::variant<int32_t, std::string>;
+
 struct ContextOptions {
-    int32_t n_draft = 3;
+    DraftLength n_draft = std::string("auto");
+    int32_t n_draft_max = 4;                 // bound of "auto"
+    float p_min = 0.0f;                      // stop drafting below this draft confidence (llama.cpp's p_min)
     int32_t n_ctx = 2048;
     int32_t n_batch = 512;
     std::optional<int32_t> n_threads;        // unset = hardware concurrency
@@ -42,15 +48,19 @@ struct SamplingOptions {
 
 struct GenerateOptions {
     int32_t max_tokens = 256;
-    std::optional<int32_t> n_draft;  // unset = the session's; 0 = plain decoding
+    std::optional<DraftLength> n_draft;  // unset = the session's; 0 = plain decoding; "auto"
     std::optional<double> timeout;   // seconds; unset = none
     std::vector<std::string> stop;
     SamplingOptions sampling;
 };
 
+// The longest draft a session with `o` may propose (what its contexts are sized for).
+int32_t longest_draft(const ContextOptions & o);
+bool is_auto(const DraftLength & n);
+
 // Throw Error(InvalidOption) naming the bad value and how to fix it.
 void validate(const ContextOptions & o, int32_t max_draft);
-void validate(const GenerateOptions & g, int32_t session_n_draft);
+void validate(const GenerateOptions & g, int32_t session_longest_draft);
 
 // ggml type of a cache type name; -1 when unset.
 int32_t cache_type(const std::optional<std::string> & name, const char * option);

@@ -12,13 +12,14 @@ namespace mtp {
 // ------------------------------------------------------------- lifetime ---
 
 Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, const ContextOptions & opts)
-    : target_(std::move(target)), draft_model_(std::move(draft)), opts_(opts) {
+    : target_(std::move(target)), draft_model_(std::move(draft)), opts_(opts),
+      controller_(std::clamp(longest_draft(opts), 0, kMaxDraftPositions)) {
     validate(opts_, kMaxDraftPositions);
     if (target_->is_mtp_sidecar()) {
         fail(ErrorKind::ModelLoad, "'" + target_->path() + "' is an MTP sidecar (head only, no trunk): "
                                    "load the trunk model as the target and pass this file as draft_model");
     }
-    create_contexts(opts_.n_draft > 0 ? check_head() : nullptr);
+    create_contexts(longest_draft(opts_) > 0 ? check_head() : nullptr);
 }
 
 Session::~Session() = default;
@@ -75,7 +76,8 @@ void Session::create_contexts(const Model * head) {
     flash_attn_type_ = cp.flash_attn_type;
     cp.abort_callback = &Session::abort_cb;
     cp.abort_callback_data = this;
-    cp.n_rs_seq = head != nullptr && opts_.rollback != "checkpoint" ? (uint32_t) opts_.n_draft : 0;
+    const int32_t n_draft = longest_draft(opts_);
+    cp.n_rs_seq = head != nullptr && opts_.rollback != "checkpoint" ? (uint32_t) n_draft : 0;
 
     clear_log();
     ctx_tgt_.reset(llama_init_from_model(target_->get(), cp));
@@ -83,8 +85,8 @@ void Session::create_contexts(const Model * head) {
         fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create the target context (n_ctx=" +
                                             std::to_string(opts_.n_ctx) + ")"));
     }
-    if ((int32_t) llama_n_batch(ctx_tgt_.get()) < opts_.n_draft + 1) {
-        fail(ErrorKind::InvalidOption, "the verify batch needs n_draft + 1 = " + std::to_string(opts_.n_draft + 1) +
+    if ((int32_t) llama_n_batch(ctx_tgt_.get()) < n_draft + 1) {
+        fail(ErrorKind::InvalidOption, "the verify batch needs n_draft + 1 = " + std::to_string(n_draft + 1) +
                                            " tokens but the context allows " +
                                            std::to_string(llama_n_batch(ctx_tgt_.get())) + ": raise n_ctx or n_batch");
     }
@@ -108,13 +110,13 @@ void Session::create_contexts(const Model * head) {
     seq_rm_dft_ = common_context_can_seq_rm(ctx_dft_.get());
 
     if (opts_.fuse_catch_up && MtpDrafter::applies(head->get(), seq_rm_tgt_, seq_rm_dft_)) {
-        drafter_ = std::make_unique<MtpDrafter>(ctx_tgt_.get(), ctx_dft_.get());
+        drafter_ = std::make_unique<MtpDrafter>(ctx_tgt_.get(), ctx_dft_.get(), opts_.p_min);
         return;
     }
     spec_params_.types = {COMMON_SPECULATIVE_TYPE_DRAFT_MTP};
-    spec_params_.draft.n_max = opts_.n_draft;
+    spec_params_.draft.n_max = n_draft;
     spec_params_.draft.n_min = 0;
-    spec_params_.draft.p_min = 0.0f;
+    spec_params_.draft.p_min = opts_.p_min;
     spec_params_.draft.ctx_tgt = ctx_tgt_.get();
     spec_params_.draft.ctx_dft = ctx_dft_.get();
     spec_.reset(common_speculative_init(spec_params_, 1));
@@ -203,7 +205,7 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
                               "or use one session per concurrent generation");
     }
     try {
-        validate(g, opts_.n_draft);
+        validate(g, longest_draft(opts_));
         if (prompt.empty()) {
             fail(ErrorKind::InvalidPrompt, "prompt is empty: pass at least one token or a non-empty string");
         }
@@ -233,7 +235,16 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         // Timeouts beyond ~30 years are treated as none (and cannot overflow).
         const double timeout = g.timeout.value_or(0.0);
         deadline_us_.store(timeout > 0.0 && timeout < 1e9 ? now_us() + (int64_t) (timeout * 1e6) : 0);
-        active_n_draft_.store(spec_ || drafter_ ? g.n_draft.value_or(opts_.n_draft) : 0, std::memory_order_relaxed);
+        const DraftLength n_draft = g.n_draft.value_or(opts_.n_draft);
+        const bool has_head = spec_ || drafter_;
+        auto_draft_ = has_head && is_auto(n_draft);
+        active_n_draft_.store(!has_head ? 0 : auto_draft_ ? longest_draft(opts_) : std::get<int32_t>(n_draft),
+                              std::memory_order_relaxed);
+        // The head reads the prompt only if it is going to draft soon; otherwise it
+        // keeps the last rows for the catch-up of its first draft.
+        head_defers_prompt_ = auto_draft_ && controller_.expects_plain();
+        head_stale_ = false;
+        pending_observation_.reset();
         max_tokens_ = g.max_tokens;
         produced_ = 0;
         text_.reset(g.stop);
@@ -307,10 +318,14 @@ void Session::process_prompt_chunk() {
             }
             decode_or_throw(ctx_tgt_.get(), batch_, "prompt");
             if (drafting()) {
-                if (drafter_) {
+                if (drafter_ && head_defers_prompt_) {
+                    drafter_->defer_prompt(batch_);
+                } else if (drafter_) {
                     if (const int32_t rc = drafter_->process_prompt(batch_); rc != 0) {
                         head_failed(rc, "process the prompt");
                     }
+                } else if (head_defers_prompt_) {
+                    head_stale_ = true;
                 } else if (!common_speculative_process(spec_.get(), batch_)) {
                     head_failed(-1, "process the prompt");
                 }
@@ -323,7 +338,7 @@ void Session::process_prompt_chunk() {
         if (prompt_done_ == prompt_.size()) {
             context_tokens_.assign(prompt_.begin(), prompt_.end());
             n_past_ = (int32_t) prompt_.size();
-            if (drafting() && spec_) {
+            if (drafting() && spec_ && !head_stale_) {
                 common_speculative_begin(spec_.get(), 0, context_tokens_);
             }
             prompt_phase_ = false;
@@ -342,10 +357,12 @@ void Session::speculative_iteration(StepResult & out) {
     Counters c;
     {
         ScopedTimer timer(c.t_total_us);
+        const int64_t t_start = now_us();
         const bool is_replay = replay_pending_;
         replay_pending_ = false;
+        bool resumed = false;
         if (!is_replay) {
-            draft(c);
+            draft(c, resumed);
         }
         verify(c);
         c.iters = 1;
@@ -371,26 +388,61 @@ void Session::speculative_iteration(StepResult & out) {
             restore_checkpoint(std::move(ids), std::move(sampler_before), c);
         } else {
             commit(ids, n_accepted, out, c);
+            if (!is_replay && n_draft == 0) {
+                c.tokens_undrafted = c.tokens_emitted;
+            }
+        }
+        if (drafting()) {
+            // The controller sees each drafting pass with its replay (the cost of a
+            // partial acceptance on a checkpointed target) as one iteration.
+            const int64_t us = now_us() - t_start;
+            if (!is_replay) {
+                pending_observation_ = Observation{(int32_t) n_draft, (int32_t) n_accepted, us,
+                                                   (int64_t) c.t_draft_us, resumed};
+            } else if (pending_observation_) {
+                pending_observation_->us += us;
+                pending_observation_->head_us += (int64_t) c.t_draft_us;
+            }
+            if (!must_restore && pending_observation_) {
+                const Observation & o = *pending_observation_;
+                controller_.observe(o.drafted, o.accepted, o.us, o.head_us, o.resumed);
+                pending_observation_.reset();
+            }
         }
     }
     record(c);
 }
 
-// Proposes up to active_n_draft_ tokens with the MTP head (checkpointing a
-// target that cannot roll back in place first).
-void Session::draft(Counters & c) {
+int32_t Session::draft_room() const {
+    return std::max(0, std::min({n_ctx() - n_past_ - 2, max_tokens_ - produced_ - 1,
+                                 active_n_draft_.load(std::memory_order_relaxed)}));
+}
+
+// Proposes up to the chosen number of tokens with the MTP head (checkpointing a
+// target that cannot roll back in place first). `resumed`: the head first caught
+// up on a plain stretch.
+void Session::draft(Counters & c, bool & resumed) {
     draft_tokens_.clear();
     if (!drafting()) {
         return;
     }
-    const int32_t n_max = std::max(0, std::min({n_ctx() - n_past_ - 2, max_tokens_ - produced_ - 1,
-                                                active_n_draft_.load(std::memory_order_relaxed)}));
+    const int32_t room = draft_room();
+    const int32_t n_max = auto_draft_ ? controller_.choose(room) : room;
+    if (n_max == 0) {
+        return;  // plain decoding this iteration: nothing to draft, checkpoint or roll back
+    }
     if (drafter_) {
         ScopedTimer timer(c.t_draft_us);
+        resumed = drafter_->pending_rows() > (size_t) longest_draft(opts_) + 1;
         if (const int32_t rc = drafter_->draft(id_last_, n_past_, n_max, draft_tokens_); rc != 0) {
             head_failed(rc, "draft");
         }
         return;
+    }
+    if (head_stale_) {
+        ScopedTimer timer(c.t_draft_us);
+        resume_upstream_head();
+        resumed = true;
     }
     llama_context * ctx_tgt = ctx_tgt_.get();
     llama_context * ctx_dft = ctx_dft_.get();
@@ -407,18 +459,16 @@ void Session::draft(Counters & c) {
     }
     {
         ScopedTimer timer(c.t_draft_us);
-        if (n_max > 0) {
-            common_speculative_draft_params & dp = common_speculative_get_draft_params(spec_.get(), 0);
-            dp.drafting = true;
-            dp.n_max = n_max;
-            dp.pos0 = n_past_;
-            dp.id_last = id_last_;
-            dp.prompt = &context_tokens_;
-            dp.result = &draft_tokens_;
-            common_speculative_draft(spec_.get());
-            if ((int32_t) draft_tokens_.size() > n_max) {
-                draft_tokens_.resize(n_max);
-            }
+        common_speculative_draft_params & dp = common_speculative_get_draft_params(spec_.get(), 0);
+        dp.drafting = true;
+        dp.n_max = n_max;
+        dp.pos0 = n_past_;
+        dp.id_last = id_last_;
+        dp.prompt = &context_tokens_;
+        dp.result = &draft_tokens_;
+        common_speculative_draft(spec_.get());
+        if ((int32_t) draft_tokens_.size() > n_max) {
+            draft_tokens_.resize(n_max);
         }
     }
     {
@@ -431,6 +481,17 @@ void Session::draft(Counters & c) {
         }
         llama_memory_seq_rm(llama_get_memory(ctx_dft), 0, ckpt_.pos_max + 1, -1);
     }
+}
+
+// llama.cpp's driver skipped the head's catch-up while the target decoded alone:
+// its cache has a gap it cannot decode across. Start it afresh from the target's
+// last decode (batch_ and its hidden states), so it can draft from here.
+void Session::resume_upstream_head() {
+    llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), 0, -1, -1);
+    if (!common_speculative_process(spec_.get(), batch_)) {
+        head_failed(-1, "catch up after plain decoding");
+    }
+    head_stale_ = false;
 }
 
 // Runs the target on [id_last, drafts...].
@@ -461,6 +522,10 @@ void Session::catch_up_head(size_t n_accepted, Counters & c) {
     ScopedTimer timer(c.t_draft_us);
     if (drafter_) {
         drafter_->accept(batch_, n_accepted);  // decoded with the next draft's first step
+        return;
+    }
+    if (draft_tokens_.empty() || head_stale_) {
+        head_stale_ = true;  // caught up only when drafting resumes (resume_upstream_head)
         return;
     }
     const common_batch * rows = &batch_;
@@ -497,7 +562,7 @@ void Session::restore_checkpoint(std::vector<llama_token> ids, common_sampler_pt
 // Keeps the accepted tokens in both caches, drops the rejected rows, and emits
 // the committed tokens.
 void Session::commit(const std::vector<llama_token> & ids, size_t n_accepted, StepResult & out, Counters & c) {
-    if (drafting() && spec_) {
+    if (drafting() && spec_ && !head_stale_) {
         common_speculative_accept(spec_.get(), 0, (uint16_t) n_accepted);
     }
     n_past_ += (int32_t) ids.size();
@@ -554,7 +619,7 @@ void Session::finish(StepResult & out, const std::string & reason) {
 void Session::print_stats() const {
     if (drafter_) {
         // common_speculative's line, from the engine's own counters.
-        const Counters c = total_.snapshot(opts_.n_draft);
+        const Counters c = total_.snapshot(longest_draft(opts_));
         const uint64_t passes = c.iters - c.replays;
         std::fprintf(stderr, "draft-mtp (mtp_llm fused driver): #verify passes = %llu, #gen drafts = %llu, "
                              "#acc drafts = %llu, mean acc len = %.2f\n",

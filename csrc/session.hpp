@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "speculative.h"
 #include "common.h"
 #include "counters.hpp"
+#include "draft_controller.hpp"
 #include "drafter.hpp"
 #include "model.hpp"
 #include "options.hpp"
@@ -48,10 +50,11 @@ public:
     void cancel() { cancel_requested_.store(true); }
     bool active() const { return active_.load(); }
 
-    Counters stats() const { return total_.snapshot(opts_.n_draft); }
+    Counters stats() const { return total_.snapshot(longest_draft(opts_)); }
     Counters call_stats() const { return call_.snapshot(active_n_draft_.load(std::memory_order_relaxed)); }
     void reset_stats() { total_.reset(); }
     void print_stats() const;
+    ControllerEstimates draft_controller() const { return controller_.estimates(); }
 
     const ContextOptions & options() const { return opts_; }
     int32_t n_ctx() const;
@@ -63,7 +66,9 @@ private:
     static bool abort_cb(void * data);
     const Model * check_head() const;  // the model holding the MTP head; null for plain decoding
     void create_contexts(const Model * head);
+    // This call may draft (a head, and a draft length above 0 or "auto").
     bool drafting() const { return (drafter_ || spec_) && active_n_draft_.load(std::memory_order_relaxed) > 0; }
+    int32_t draft_room() const;  // the longest draft the context and max_tokens leave room for
     bool checkpoints_target() const { return seq_rm_tgt_ == COMMON_CONTEXT_SEQ_RM_TYPE_FULL; }
     bool checkpoints_head() const { return ctx_dft_ && seq_rm_dft_ == COMMON_CONTEXT_SEQ_RM_TYPE_FULL; }
     void check_deadline();
@@ -74,7 +79,8 @@ private:
 
     // One draft/verify iteration, in phases (each timed into its bucket of `c`).
     void speculative_iteration(StepResult & out);
-    void draft(Counters & c);
+    void draft(Counters & c, bool & resumed);
+    void resume_upstream_head();
     void verify(Counters & c);
     std::vector<llama_token> accept(common_sampler_ptr & sampler_before, Counters & c);
     void catch_up_head(size_t n_accepted, Counters & c);
@@ -104,7 +110,16 @@ private:
     std::atomic<bool> active_{false};
     std::atomic<bool> cancel_requested_{false};
     std::atomic<int64_t> deadline_us_{0};
-    std::atomic<int32_t> active_n_draft_{0};  // written by begin() without the GIL, read by stats readers
+    std::atomic<int32_t> active_n_draft_{0};  // longest draft of this call; written by begin() without the GIL, read by stats readers
+    bool auto_draft_ = false;                 // this call's lengths come from controller_
+    bool head_defers_prompt_ = false;         // the head keeps the prompt's last rows instead of decoding it
+    bool head_stale_ = false;                 // llama.cpp's driver skipped the head's catch-up (plain stretch)
+    struct Observation {
+        int32_t drafted, accepted;
+        int64_t us, head_us;
+        bool resumed;
+    };
+    std::optional<Observation> pending_observation_;  // a drafting pass waiting for its replay
     common_sampler_ptr sampler_;
     common_prompt_checkpoint ckpt_;
     std::vector<llama_token> prompt_;     // prompt tokens still to process (all but the last)
@@ -121,6 +136,8 @@ private:
     int64_t t_begin_us_ = 0;
     bool first_token_seen_ = false;
     TextAssembler text_;
+
+    DraftController controller_;  // outlives calls: what it learns persists
 
     AtomicCounters total_;
     AtomicCounters call_;

@@ -24,9 +24,9 @@ from .errors import (
 )
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import MTP_ARCHITECTURES, Model
-from .options import GenerationOptions, SessionOptions
+from .options import DraftLength, GenerationOptions, SessionOptions
 from .session import MTP
-from .stats import STATS_KEY, MTPStats, TimingUs
+from .stats import STATS_KEY, DraftControllerEstimates, MTPStats, TimingUs
 
 __version__ = "0.1.0"
 
@@ -42,6 +42,7 @@ __all__ = [
     "GenerationCancelledError",
     "GenerationOptions",
     "SessionOptions",
+    "DraftLength",
     "GenerationTimeoutError",
     "GrammarError",
     "IncompatibleDraftError",
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidPromptError",
     "MTPError",
     "MTPStats",
+    "DraftControllerEstimates",
     "MissingMTPHeadError",
     "Model",
     "ModelLoadError",

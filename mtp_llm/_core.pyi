@@ -55,10 +55,20 @@ class Model:
     def apply_chat_template(self, messages: list[tuple[str, str]], add_generation_prompt: bool = True,
                             chat_template: str = "") -> str: ...
 
+class DraftController:
+    """The automatic draft length's policy (csrc/draft_controller.hpp)."""
+
+    def __init__(self, n_max: int) -> None: ...
+    def choose(self, limit: int) -> int: ...
+    def observe(self, drafted: int, accepted: int, us: int, head_us: int, resumed: bool = False) -> None: ...
+    def estimates(self) -> dict[str, Any]: ...
+
 class ContextOptions:
     """Filled by field name from mtp_llm.options.SessionOptions."""
 
-    n_draft: int
+    n_draft: int | str
+    n_draft_max: int
+    p_min: float
     n_ctx: int
     n_batch: int
     n_threads: int | None
@@ -88,7 +98,7 @@ class GenerateOptions:
     """Filled by field name from mtp_llm.options.GenerationOptions."""
 
     max_tokens: int
-    n_draft: int | None
+    n_draft: int | str | None
     timeout: float | None
     stop: list[str]
     sampling: SamplingOptions
@@ -109,7 +119,9 @@ class Session:
     @property
     def n_ctx(self) -> int: ...
     @property
-    def n_draft(self) -> int: ...
+    def n_draft(self) -> int | str: ...
+    @property
+    def n_draft_max(self) -> int: ...
     @property
     def rollback_mode(self) -> str: ...
     @property

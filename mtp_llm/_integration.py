@@ -140,7 +140,8 @@ OPTION_ATTRIBUTES: dict[str, str] = {
 
 CALL_ONLY_OPTIONS = frozenset({"n_draft"})
 """Generation options that have no instance default: an integration's ``n_draft`` field
-is the session's (a :class:`SessionOptions` field), which a call's ``n_draft`` may lower."""
+is the session's (a :class:`SessionOptions` field); a call's ``n_draft`` ("auto", or
+up to the session's longest draft) overrides it."""
 
 
 def call_options(

@@ -100,7 +100,7 @@ from ._langchain_runs import Targeter, areport, report, run_target, stream_targe
 from .errors import InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
-from .options import GenerationOptions
+from .options import DraftLength, GenerationOptions
 from .session import MTP
 from .stats import STATS_KEY
 
@@ -133,8 +133,13 @@ class _MTPParams(BaseModel):
     """Name reported in ``response_metadata["model_name"]`` and traces (default: the file's stem)."""
     draft_model_path: str | None = None
     """Sidecar GGUF holding the MTP head (``mtp-*.gguf``) for trunk-only targets."""
-    n_draft: int = 3
-    """Maximum draft tokens per speculative step (0 = plain decoding)."""
+    n_draft: DraftLength = "auto"
+    """Draft tokens per speculative step: "auto" (the engine picks each step's length,
+    never slower than plain decoding by design), a fixed number, or 0 = plain decoding."""
+    n_draft_max: int = 4
+    """Longest draft of ``n_draft="auto"``."""
+    p_min: float = 0.0
+    """Stop a draft below this confidence (llama.cpp's draft p_min; 0 = never)."""
     n_ctx: int = 2048
     """Context size (prompt plus generated tokens)."""
     n_batch: int = 512
@@ -245,6 +250,7 @@ class _MTPParams(BaseModel):
         params: dict[str, Any] = {
             "model_name": self._display_name(),
             "n_draft": self.n_draft,
+            "n_draft_max": self.n_draft_max,
             "n_ctx": self.n_ctx,
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,

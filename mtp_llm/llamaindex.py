@@ -74,7 +74,7 @@ from ._integration import (
 )
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
-from .options import GenerationOptions
+from .options import DraftLength, GenerationOptions
 from .session import MTP
 from .stats import STATS_KEY, MTPStats
 
@@ -122,14 +122,20 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     ``top_k``, ``top_p``, ``min_p``, ``seed``, ``repeat_penalty``,
     ``frequency_penalty``, ``presence_penalty``, ``penalty_last_n``,
     ``grammar`` (GBNF), ``emit_stats_every``, ``timeout`` override the
-    constructor defaults of the same names; ``n_draft`` lowers the session's
-    draft length for the call.
+    constructor defaults of the same names; ``n_draft`` sets the call's
+    draft length ("auto", or up to the session's longest).
     """
 
     # engine (identifies the shared native session)
     model_path: str | None = Field(default=None, description="GGUF file; None = the built-in default model.")
     draft_model_path: str | None = Field(default=None, description="Optional mtp-*.gguf sidecar with the MTP head.")
-    n_draft: int = Field(default=3, ge=0, description="Maximum draft tokens per step (0 = plain decoding).")
+    n_draft: DraftLength = Field(
+        default="auto",
+        description='Draft tokens per step: "auto" (the engine picks each step\'s length), a fixed number, '
+        "or 0 = plain decoding.",
+    )
+    n_draft_max: int = Field(default=4, ge=1, description='Longest draft of n_draft="auto".')
+    p_min: float = Field(default=0.0, ge=0.0, le=1.0, description="Stop a draft below this confidence (0 = never).")
     n_ctx: int = Field(default=2048, gt=0, description="Context size of the session.")
     n_batch: int = Field(default=512, gt=0, description="Maximum tokens per decode call.")
     n_threads: int | None = Field(default=None, gt=0, description="Decode threads (None = all cores).")

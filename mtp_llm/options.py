@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, Union
 
 from . import _core
 from .errors import InvalidOptionError
@@ -22,6 +22,10 @@ from .errors import InvalidOptionError
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per call
 
 ROLLBACK_MODES = ("auto", "rs", "checkpoint")
+MAX_DRAFT = 16  # the engine's longest draft (kMaxDraftPositions)
+
+DraftLength = Union[int, Literal["auto"]]
+"""A draft length: tokens per iteration (0 = plain decoding) or "auto"."""
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 
 
@@ -29,8 +33,16 @@ CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 class SessionOptions:
     """How a session's contexts are created (the keyword arguments of :class:`mtp_llm.MTP`)."""
 
-    n_draft: int = 3
-    """Maximum draft tokens per iteration; 0 = plain decoding."""
+    n_draft: DraftLength = "auto"
+    """Draft tokens per iteration: "auto" picks each iteration's length (0 to
+    ``n_draft_max``) from this session's measured costs and acceptance, so that
+    MTP is used only where it is faster than plain decoding; an integer fixes
+    the longest draft; 0 = plain decoding."""
+    n_draft_max: int = 4
+    """Longest draft of ``n_draft="auto"``."""
+    p_min: float = 0.0
+    """Stop a draft at a token whose probability among the head's top 10 is below
+    this (llama.cpp's draft p_min); 0 = never. Fixed and automatic lengths alike."""
     n_ctx: int = 2048
     """Context size of the target and MTP contexts."""
     n_batch: int = 512
@@ -59,8 +71,12 @@ class SessionOptions:
     or elsewhere: llama.cpp's common_speculative draft-mtp driver."""
 
     def __post_init__(self) -> None:
-        for name in ("n_draft", "n_ctx", "n_batch"):
+        _set(self, "n_draft", draft_length("n_draft", self.n_draft))
+        for name in ("n_draft_max", "n_ctx", "n_batch"):
             _set(self, name, _int(name, getattr(self, name)))
+        if not 1 <= self.n_draft_max <= MAX_DRAFT:
+            raise InvalidOptionError(f"n_draft_max must be between 1 and {MAX_DRAFT} (got {self.n_draft_max})")
+        _set(self, "p_min", probability("p_min", self.p_min))
         for name in ("n_threads", "n_threads_batch"):
             value = getattr(self, name)
             if value is not None and (_is_not_int(value) or value < 1):
@@ -117,8 +133,9 @@ class GenerationOptions:
     penalty_last_n: int = 64
     grammar: str | None = None
     """A GBNF grammar that constrains the output."""
-    n_draft: int | None = None
-    """Draft length for this call (<= the session's; 0 = plain decoding)."""
+    n_draft: DraftLength | None = None
+    """Draft length for this call: None = the session's; an integer up to the
+    session's longest draft (0 = plain decoding); "auto"."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -133,8 +150,6 @@ class GenerationOptions:
             raise InvalidOptionError("seed must be in [0, 2**32 - 1]")
         if self.grammar is not None and not self.grammar.strip():
             raise InvalidOptionError("grammar must not be empty (pass None for no grammar)")
-        if self.n_draft is not None and self.n_draft < 0:
-            raise InvalidOptionError(f"n_draft must be >= 0 (got {self.n_draft})")
 
     @classmethod
     def from_kwargs(cls, base: GenerationOptions | None = None, /, **kwargs: Any) -> GenerationOptions:
@@ -158,7 +173,7 @@ class GenerationOptions:
         return native
 
 
-_INT_FIELDS = {"max_tokens", "emit_stats_every", "top_k", "seed", "penalty_last_n", "n_draft"}
+_INT_FIELDS = {"max_tokens", "emit_stats_every", "top_k", "seed", "penalty_last_n"}
 _FLOAT_FIELDS = {"temp", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "timeout"}
 
 
@@ -186,6 +201,8 @@ def _coerce(name: str, value: Any) -> Any:
         if name not in _OPTIONAL_FIELDS:
             raise InvalidOptionError(f"{name} must not be None")
         return None
+    if name == "n_draft":
+        return draft_length(name, value)
     if name in _INT_FIELDS:
         return _int(name, value)
     if name in _FLOAT_FIELDS:
@@ -200,6 +217,24 @@ def _coerce(name: str, value: Any) -> Any:
             raise InvalidOptionError(f"grammar must be a GBNF string (got {type(value).__name__})")
         return value
     return value
+
+
+def draft_length(name: str, value: Any) -> DraftLength:
+    """A valid draft length ("auto" or 0..MAX_DRAFT), or InvalidOptionError naming the valid values."""
+    if value == "auto" and isinstance(value, str):
+        return "auto"
+    if _is_not_int(value) or not 0 <= value <= MAX_DRAFT:
+        raise InvalidOptionError(
+            f"{name} must be 'auto' or an integer from 0 (plain decoding) to {MAX_DRAFT} (got {value!r})"
+        )
+    return int(value)
+
+
+def probability(name: str, value: Any) -> float:
+    """A number in [0, 1], or InvalidOptionError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise InvalidOptionError(f"{name} must be a number in [0, 1] (got {value!r})")
+    return float(value)
 
 
 def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:

@@ -12,8 +12,8 @@ from . import _core
 from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import Model
-from .options import GenerationOptions, SessionOptions
-from .stats import MTPStats
+from .options import DraftLength, GenerationOptions, SessionOptions
+from .stats import DraftControllerEstimates, MTPStats
 
 Prompt = str | bytes | Sequence[int]
 
@@ -77,7 +77,7 @@ class MTP:
     One generation runs at a time; calls from other threads wait their turn.
     Statistics accumulate across calls (see :meth:`stats`).
 
-    The other keyword arguments (``n_draft``, ``n_ctx``, ``n_batch``, ``n_threads``,
+    The other keyword arguments (``n_draft``, ``n_draft_max``, ``p_min``, ``n_ctx``, ``n_batch``, ``n_threads``,
     ``n_threads_batch``, ``flash_attn``, ``type_k``, ``type_v``, ``offload_kqv``,
     ``rollback``, ``fuse_catch_up``) are the fields of :class:`SessionOptions`, documented there;
     :meth:`from_options` takes a ``SessionOptions`` directly.
@@ -94,7 +94,9 @@ class MTP:
         model: Model,
         *,
         draft_model: Model | None = None,
-        n_draft: int = 3,
+        n_draft: DraftLength = "auto",
+        n_draft_max: int = 4,
+        p_min: float = 0.0,
         n_ctx: int = 2048,
         n_batch: int = 512,
         n_threads: int | None = None,
@@ -109,6 +111,8 @@ class MTP:
     ) -> None:
         options = SessionOptions(
             n_draft=n_draft,
+            n_draft_max=n_draft_max,
+            p_min=p_min,
             n_ctx=n_ctx,
             n_batch=n_batch,
             n_threads=n_threads,
@@ -159,8 +163,20 @@ class MTP:
     # ------------------------------------------------------------------ info
 
     @property
-    def n_draft(self) -> int:
-        return int(self._native.n_draft)
+    def n_draft(self) -> DraftLength:
+        """The session's draft length: "auto" or a fixed number of tokens."""
+        n = self._native.n_draft
+        return "auto" if n == "auto" else int(n)
+
+    @property
+    def n_draft_max(self) -> int:
+        """The longest draft this session proposes (the bound of "auto", or the fixed length)."""
+        return int(self._native.n_draft_max)
+
+    @property
+    def draft_controller(self) -> DraftControllerEstimates | None:
+        """What the automatic draft length has learnt so far (None where the session cannot draft)."""
+        return self.stats().draft_controller
 
     @property
     def n_ctx(self) -> int:

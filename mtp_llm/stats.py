@@ -38,6 +38,34 @@ class TimingUs:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class DraftControllerEstimates:
+    """What the automatic draft length (``n_draft="auto"``) has learnt so far in
+    this session (docs/performance.md, "Automatic draft length")."""
+
+    acceptance: tuple[float, ...]
+    """Per draft position i: P(draft i accepted | the drafts before it were), a
+    decayed average of this session's iterations."""
+    iteration_us: tuple[float, ...]
+    """Per draft length k = 0..n_draft_max: measured time of one iteration (0 = not measured yet)."""
+    expected_tokens_per_s: tuple[float, ...]
+    """Per draft length k: expected committed tokens / iteration time (0 = not measured yet)."""
+    choice: int
+    """The draft length chosen last."""
+    probe_interval: int
+    """Tokens between probes of drafting while plain decoding is faster."""
+
+    @classmethod
+    def from_native(cls, d: Mapping[str, Any]) -> DraftControllerEstimates:
+        return cls(
+            acceptance=tuple(float(x) for x in d["acceptance"]),
+            iteration_us=tuple(float(x) for x in d["iteration_us"]),
+            expected_tokens_per_s=tuple(float(x) for x in d["expected_tokens_per_s"]),
+            choice=int(d["choice"]),
+            probe_interval=int(d["probe_interval"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class MTPStats:
     """A snapshot of speculative-decoding statistics.
 
@@ -58,6 +86,13 @@ class MTPStats:
     """drafts_accepted / drafts_generated (0.0 when nothing was drafted)."""
     tokens_emitted: int
     """Tokens returned to the caller (end-of-generation token included)."""
+    tokens_undrafted: int
+    """Tokens committed by verify passes that drafted nothing (plain decoding)."""
+    undrafted_share: float
+    """tokens_undrafted / tokens_emitted: the share decoded without drafting."""
+    draft_length_counts: tuple[int, ...]
+    """Per draft length k = 0..n_draft: verify passes that drafted exactly k tokens
+    (replays excluded); with ``n_draft="auto"`` the distribution of chosen lengths."""
     tokens_per_sec: float
     """tokens_emitted over the decode window (timing_us.total)."""
     timing_us: TimingUs
@@ -79,6 +114,8 @@ class MTPStats:
     """From the start of the latest call to its first generated token."""
     generations: int
     """Generation calls covered by this snapshot."""
+    draft_controller: DraftControllerEstimates | None = None
+    """The automatic draft length's current estimates (None where the session cannot draft)."""
 
     @classmethod
     def from_counters(cls, c: Mapping[str, Any]) -> MTPStats:
@@ -89,13 +126,23 @@ class MTPStats:
         named = int(c["t_draft_us"]) + int(c["t_verify_us"]) + int(c["t_sample_us"]) + int(c["t_ckpt_us"])
         drafting_passes = int(c["iters"]) - int(c["replays"])
         prompt_us = int(c["t_prompt_us"])
+        drafted_at = [int(x) for x in c["drafted_at"]]
+        length_counts = [drafting_passes - (drafted_at[0] if drafted_at else 0)] + [
+            drafted_at[k] - (drafted_at[k + 1] if k + 1 < len(drafted_at) else 0) for k in range(len(drafted_at))
+        ]
+        emitted = int(c["tokens_emitted"])
+        undrafted = int(c["tokens_undrafted"])
+        controller = c.get("draft_controller")
         return cls(
             iters=int(c["iters"]),
             replays=int(c["replays"]),
             drafts_generated=generated,
             drafts_accepted=accepted,
             acceptance_rate=accepted / generated if generated else 0.0,
-            tokens_emitted=int(c["tokens_emitted"]),
+            tokens_emitted=emitted,
+            tokens_undrafted=undrafted,
+            undrafted_share=undrafted / emitted if emitted else 0.0,
+            draft_length_counts=tuple(length_counts),
             tokens_per_sec=int(c["tokens_emitted"]) * 1e6 / total_us if total_us else 0.0,
             timing_us=TimingUs(
                 draft=int(c["t_draft_us"]),
@@ -115,12 +162,18 @@ class MTPStats:
             prompt_tokens_per_sec=int(c["prompt_tokens"]) * 1e6 / prompt_us if prompt_us else 0.0,
             time_to_first_token_us=int(c["t_first_token_us"]),
             generations=int(c["generations"]),
+            draft_controller=DraftControllerEstimates.from_native(controller) if controller else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (nested ``timing_us``, lists for tuples)."""
         d = dataclasses.asdict(self)
         d["acceptance_rate_per_position"] = list(self.acceptance_rate_per_position)
+        d["draft_length_counts"] = list(self.draft_length_counts)
+        if self.draft_controller is not None:
+            d["draft_controller"] = {
+                k: list(v) if isinstance(v, tuple) else v for k, v in d["draft_controller"].items()
+            }
         return d
 
     def summary(self) -> str:
@@ -130,7 +183,8 @@ class MTPStats:
             f"tokens={self.tokens_emitted} tok/s={self.tokens_per_sec:.1f} "
             f"acceptance={self.acceptance_rate:.3f} ({self.drafts_accepted}/{self.drafts_generated}) "
             f"per-position=[{positions}] mean_accepted_length={self.mean_accepted_length:.2f} "
-            f"n_draft={self.n_draft} iters={self.iters} replays={self.replays} "
+            f"n_draft={self.n_draft} lengths={list(self.draft_length_counts)} "
+            f"undrafted={self.undrafted_share:.2f} iters={self.iters} replays={self.replays} "
             f"prompt={self.prompt_tokens} tok in {self.prompt_us / 1000:.1f} ms "
             f"ttft={self.time_to_first_token_us / 1000:.1f} ms "
             f"timing_ms(draft={self.timing_us.draft / 1000:.1f} verify={self.timing_us.verify / 1000:.1f} "

@@ -70,6 +70,7 @@ def accept33_model(tiny_paths: dict[str, Path]) -> Model:
 def make_session(model: Model, **kwargs: object) -> MTP:
     kwargs.setdefault("n_threads", THREADS)
     kwargs.setdefault("n_ctx", 512)
+    kwargs.setdefault("n_draft", 3)  # fixed: exact stats; n_draft="auto" has tests of its own
     return MTP(model, **kwargs)  # type: ignore[arg-type]
 
 

@@ -40,12 +40,12 @@ def paths(tiny_paths: dict[str, Path]) -> dict[str, str]:
 
 @pytest.fixture()
 def llm(paths: dict[str, str]) -> MTPLLM:
-    return MTPLLM(model_path=paths["accept100"], n_threads=THREADS, n_ctx=1024, temperature=0, max_tokens=N)
+    return MTPLLM(model_path=paths["accept100"], n_threads=THREADS, n_ctx=1024, n_draft=3, temperature=0, max_tokens=N)
 
 
 @pytest.fixture()
 def chat(paths: dict[str, str]) -> ChatMTP:
-    return ChatMTP(model_path=paths["accept100"], n_threads=THREADS, n_ctx=1024, temperature=0, max_tokens=N)
+    return ChatMTP(model_path=paths["accept100"], n_threads=THREADS, n_ctx=1024, n_draft=3, temperature=0, max_tokens=N)
 
 
 class Recorder(BaseCallbackHandler):
@@ -621,7 +621,7 @@ os.environ.update(LANGSMITH_TRACING="true", LANGSMITH_API_KEY="test-key", LANGSM
 from langchain_core.tracers.langchain import wait_for_all_tracers
 from langsmith import Client
 from mtp_llm.langchain import ChatMTP
-chat = ChatMTP(model_path=sys.argv[2], n_threads=1, n_ctx=1024, temperature=0, max_tokens=12)
+chat = ChatMTP(model_path=sys.argv[2], n_threads=1, n_ctx=1024, n_draft=3, temperature=0, max_tokens=12)
 text = "".join(c.text for c in chat.stream("hello"))
 wait_for_all_tracers()
 import langchain_core.tracers.langchain as lt

@@ -102,6 +102,7 @@ def make_llm(path: Path | None, **kwargs: Any) -> MTPLLM:
     kwargs.setdefault("n_threads", THREADS)
     kwargs.setdefault("n_ctx", 1024)
     kwargs.setdefault("temperature", 0)
+    kwargs.setdefault("n_draft", 3)  # fixed: exact stats
     return MTPLLM(model_path=None if path is None else str(path), **kwargs)
 
 

@@ -68,6 +68,8 @@ def test_session_options_are_fields_with_the_same_defaults(cls: Any) -> None:
 def test_engine_spec_is_read_by_field_name() -> None:
     changed = {
         "n_draft": 2,
+        "n_draft_max": 3,
+        "p_min": 0.5,
         "n_ctx": 512,
         "n_batch": 64,
         "n_threads": 1,

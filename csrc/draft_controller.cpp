@@ -1,0 +1,186 @@
+#include "draft_controller.hpp"
+
+#include <algorithm>
+
+namespace mtp {
+
+namespace {
+
+constexpr int32_t kMinSamples = 2;         // iterations at a length before its time counts as measured
+constexpr int32_t kMinPlainSamples = 3;    // plain iterations measured before anything is drafted
+constexpr double kCostWeight = 0.25;       // weight of a new iteration time in the decayed average
+constexpr double kOutlier = 2.0;           // a time above this multiple of the average counts as this multiple
+constexpr double kObservationDecay = 0.97; // acceptance evidence: weight left after each observation...
+constexpr double kPlainDecay = 0.99;       // ...and after each token decoded without drafting
+constexpr double kPriorAccepted = 0.5;     // prior acceptance, worth one observation
+constexpr int32_t kProbeMin = 32;          // plain tokens before the first probe
+constexpr int32_t kProbeMax = 1024;        // longest interval between probes
+constexpr int32_t kProbeIterations = 3;    // drafting iterations per probe
+constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of one draft more
+
+}  // namespace
+
+DraftController::DraftController(int32_t n_max)
+    : n_max_(n_max),
+      acc_num_((size_t) n_max, kPriorAccepted),
+      acc_den_((size_t) n_max, 1.0),
+      acc_seen_((size_t) n_max, false),
+      cost_us_((size_t) n_max + 1, 0.0),
+      cost_n_((size_t) n_max + 1, 0),
+      probe_interval_(kProbeMin) {}
+
+double DraftController::acceptance(int32_t i, bool optimistic) const {
+    if (optimistic && !acc_seen_[i]) {
+        return 1.0;
+    }
+    return acc_num_[i] / acc_den_[i];
+}
+
+double DraftController::expected_tokens(int32_t k, bool optimistic) const {
+    double e = 1.0, all_accepted = 1.0;
+    for (int32_t i = 0; i < k; ++i) {
+        all_accepted *= acceptance(i, optimistic);
+        e += all_accepted;
+    }
+    return e;
+}
+
+bool DraftController::measured(int32_t k) const {
+    return cost_n_[k] >= (k == 0 ? kMinPlainSamples : kMinSamples);
+}
+
+double DraftController::cost(int32_t k) const {
+    if (measured(k)) {
+        return cost_us_[k];
+    }
+    int32_t j = k - 1;
+    while (j > 0 && !measured(j)) {
+        --j;
+    }
+    return cost_us_[j] + (k - j) * head_step_us_;
+}
+
+int32_t DraftController::best_measured(int32_t limit, double & rate) const {
+    int32_t best = 0;
+    rate = expected_tokens(0, false) / cost_us_[0];
+    for (int32_t k = 1; k <= limit; ++k) {
+        if (measured(k)) {
+            const double r = expected_tokens(k, false) / cost_us_[k];
+            if (r > rate) {
+                rate = r;
+                best = k;
+            }
+        }
+    }
+    return best;
+}
+
+int32_t DraftController::decide(int32_t limit) {
+    if (limit <= 0 || !measured(0)) {
+        return 0;
+    }
+    double best_rate = 0.0;
+    const int32_t best = best_measured(limit, best_rate);
+    for (int32_t k = 1; k <= limit; ++k) {
+        if (!measured(k) && expected_tokens(k, true) / cost(k) > best_rate) {
+            return k;
+        }
+    }
+    if (probing_) {
+        if (probe_left_ > 0) {
+            --probe_left_;
+            return std::min(probe_length_, limit);
+        }
+        probing_ = false;
+        probe_interval_ = best == 0 ? std::min(2 * probe_interval_, kProbeMax) : kProbeMin;
+    }
+    if (best == 0) {
+        if (plain_run_ < probe_interval_) {
+            return 0;
+        }
+        // The most promising drafting length, if only acceptance has gone up.
+        probe_length_ = 1;
+        double rate = 0.0;
+        for (int32_t k = 1; k <= limit; ++k) {
+            const double r = expected_tokens(k, false) / cost(k);
+            if (r > rate) {
+                rate = r;
+                probe_length_ = k;
+            }
+        }
+        probing_ = true;
+        probe_left_ = kProbeIterations - 1;
+        plain_run_ = 0;
+        return probe_length_;
+    }
+    if (best < limit && ++since_explore_ >= kExploreEvery) {
+        since_explore_ = 0;
+        return best + 1;
+    }
+    return best;
+}
+
+int32_t DraftController::choose(int32_t limit) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    choice_ = decide(std::min(limit, n_max_));
+    return choice_;
+}
+
+bool DraftController::expects_plain() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return choice_ == 0 && !probing_;
+}
+
+void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    drafted = std::clamp(drafted, 0, n_max_);
+    if (drafted == 0) {
+        ++plain_run_;
+        for (int32_t i = 0; i < n_max_; ++i) {
+            acc_num_[i] *= kPlainDecay;
+            acc_den_[i] *= kPlainDecay;
+        }
+    }
+    for (int32_t i = 0; i < drafted && i <= accepted; ++i) {
+        acc_num_[i] = kObservationDecay * acc_num_[i] + (i < accepted ? 1.0 : 0.0);
+        acc_den_[i] = kObservationDecay * acc_den_[i] + 1.0;
+        acc_seen_[i] = true;
+    }
+    if (resumed || us <= 0) {
+        return;
+    }
+    // Times only grow when the machine is busy (preemption, page faults): the
+    // first samples keep their minimum, later ones move the average by at most
+    // a bounded step.
+    double & c = cost_us_[drafted];
+    if (cost_n_[drafted] == 0) {
+        c = (double) us;
+    } else if (!measured(drafted)) {
+        c = std::min(c, (double) us);
+    } else {
+        c += kCostWeight * (std::min((double) us, kOutlier * c) - c);
+    }
+    cost_n_[drafted] = std::min(cost_n_[drafted] + 1, 1 << 20);
+    if (drafted > 0 && head_us > 0) {
+        const double step = (double) head_us / drafted;
+        head_step_us_ = head_step_us_ == 0.0 ? step : head_step_us_ + kCostWeight * (std::min(step, kOutlier * head_step_us_) - head_step_us_);
+    }
+}
+
+ControllerEstimates DraftController::estimates() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ControllerEstimates e;
+    for (int32_t i = 0; i < n_max_; ++i) {
+        e.acceptance.push_back(acceptance(i, false));
+    }
+    for (int32_t k = 0; k <= n_max_; ++k) {
+        const bool known = measured(k);
+        e.iteration_us.push_back(known ? cost_us_[k] : 0.0);
+        e.expected_tokens_per_s.push_back(known ? expected_tokens(k, false) * 1e6 / cost_us_[k] : 0.0);
+    }
+    e.choice = choice_;
+    e.probe_interval = probe_interval_;
+    return e;
+}
+
+}  // namespace mtp

@@ -1,0 +1,72 @@
+// n_draft="auto": picks each iteration's draft length (0 = plain decoding) to
+// maximise expected committed tokens per second, from the session's own
+// measurements. Cost model and policy: docs/performance.md ("Automatic draft length").
+//
+//   E(k) = 1 + a_0 + a_0 a_1 + ... + a_0...a_{k-1}   tokens committed by an iteration of k drafts
+//   T(k) = measured time of an iteration that drafted k (decayed average)
+//   rate(k) = E(k) / T(k)
+//
+// a_i is the acceptance at draft position i given that the drafts before it were
+// accepted, a decayed average over observations (and over plain tokens, so that
+// evidence goes stale while nothing is drafted). Lengths never measured are tried
+// when an optimistic bound says they could beat the best measured one (a_i = 1 at
+// positions never observed; T grows by at least one head step per draft). When plain
+// decoding wins, short probes at doubling intervals (in tokens) check whether that
+// is still true, so the cost of looking stays a bounded share of the decode.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace mtp {
+
+struct ControllerEstimates {
+    std::vector<double> acceptance;    // [i]: P(draft i accepted | drafts before it accepted)
+    std::vector<double> iteration_us;  // [k]: time of an iteration drafting k (0 = not measured yet)
+    std::vector<double> expected_tokens_per_s;  // [k]: E(k) / T(k) (0 = not measured yet)
+    int32_t choice = 0;                // the length chosen last
+    int32_t probe_interval = 0;        // tokens between probes while plain decoding wins
+};
+
+class DraftController {
+public:
+    explicit DraftController(int32_t n_max);
+
+    // Draft length for the next iteration, in [0, min(limit, n_max)].
+    int32_t choose(int32_t limit);
+    // Whether the next choice is plain decoding with no probe due (the head may
+    // skip work it would only need for drafting, such as the prompt).
+    bool expects_plain() const;
+    // One iteration: `drafted` tokens proposed, the first `accepted` accepted, the
+    // iteration took `us` of which the MTP head `head_us`. `resumed`: the head
+    // first caught up on a plain stretch (a switching cost, not a steady one).
+    void observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed);
+
+    ControllerEstimates estimates() const;  // any thread
+
+private:
+    double acceptance(int32_t i, bool optimistic) const;
+    double expected_tokens(int32_t k, bool optimistic) const;
+    bool measured(int32_t k) const;
+    double cost(int32_t k) const;  // measured, or a lower bound from the nearest measured shorter length
+    int32_t best_measured(int32_t limit, double & rate) const;
+    int32_t decide(int32_t limit);
+
+    const int32_t n_max_;
+    mutable std::mutex mutex_;
+    std::vector<double> acc_num_, acc_den_;  // decayed counts per position
+    std::vector<bool> acc_seen_;
+    std::vector<double> cost_us_;
+    std::vector<int32_t> cost_n_;
+    double head_step_us_ = 0.0;
+    int32_t plain_run_ = 0;       // plain tokens since the last probe or drafting iteration
+    int32_t probe_interval_;
+    int32_t probe_left_ = 0;      // iterations left in the current probe
+    int32_t probe_length_ = 0;
+    bool probing_ = false;
+    int32_t since_explore_ = 0;   // drafting iterations since trying one draft more
+    int32_t choice_ = 0;
+};
+
+}  // namespace mtp

@@ -1,0 +1,211 @@
+"""n_draft="auto": the draft-length controller (fed exact costs) and the engine
+running it (lossless against plain decoding on every kind of model, stats that
+say what it did, bad input)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import THREADS, make_session
+
+from mtp_llm import MTP, GenerationOptions, InvalidOptionError, Model, SessionOptions, TokenEvent, _core
+
+# ------------------------------------------------------------ controller --
+
+
+def drive(
+    controller: _core.DraftController,
+    iterations: int,
+    cost_us: Any,
+    accepted: Any,
+    limit: int = 4,
+) -> list[int]:
+    """Run the controller against a machine whose iteration of k drafts takes
+    cost_us(k) and accepts accepted(k, i) of them (i = iteration number)."""
+    chosen = []
+    for i in range(iterations):
+        k = controller.choose(limit)
+        chosen.append(k)
+        controller.observe(k, accepted(k, i) if k else 0, int(cost_us(k)), int(100 * k), False)
+    return chosen
+
+
+def test_controller_drafts_the_longest_when_every_draft_pays() -> None:
+    c = _core.DraftController(4)
+    chosen = drive(c, 200, lambda k: 1000 + 150 * k, lambda k, i: k)
+    assert chosen[:3] == [0, 0, 0]  # plain decoding is measured first
+    assert chosen[-100:].count(4) >= 96  # then the longest draft, nearly always
+    est = c.estimates()
+    assert est["iteration_us"] == pytest.approx([1000, 1150, 1300, 1450, 1600])
+    assert est["acceptance"][0] > 0.99 and est["acceptance"][3] > 0.99
+
+
+def test_controller_stays_plain_when_drafting_never_pays_and_probes_ever_less_often() -> None:
+    c = _core.DraftController(4)
+    # Every draft rejected: an iteration commits one token at a higher cost.
+    chosen = drive(c, 3000, lambda k: 1000 + 600 * k, lambda k, i: 0)
+    drafting = [i for i, k in enumerate(chosen) if k]
+    # Exploration (k=1 twice) plus probes of 3 iterations at doubling intervals.
+    assert len(drafting) <= 2 + 3 * 7, drafting
+    assert sum(1 for k in chosen if k) / len(chosen) < 0.01
+    assert c.estimates()["probe_interval"] == 1024
+
+
+def test_controller_reaches_the_best_fixed_length_throughput() -> None:
+    """Acceptance 0.6 per position, verify rows nearly free, head steps costly: E(k)/T(k)
+    peaks at k = 1 (1.6/1.35 = 1.19 tokens per 1000 us; k = 2: 1.15, plain 1.0)."""
+    import random
+
+    def run(choose: Any, iterations: int = 4000) -> float:
+        rng = random.Random(7)
+        tokens = time = 0.0
+        c = _core.DraftController(4)
+        for _ in range(iterations):
+            k = choose(c)
+            n = 0
+            while n < k and rng.random() < 0.6:
+                n += 1
+            us = 1000 + 350 * k
+            c.observe(k, n, us, 100 * k, False)
+            tokens += 1 + n
+            time += us
+        return tokens / time
+
+    auto = run(lambda c: c.choose(4))
+    best_fixed = max(run(lambda c, k=k: k) for k in range(5))
+    assert auto >= 0.97 * best_fixed, (auto, best_fixed)
+
+
+def test_controller_follows_acceptance_changes_both_ways() -> None:
+    c = _core.DraftController(4)
+    high, low = (lambda k, i: k), (lambda k, i: 0)
+    cost = lambda k: 1000 + 300 * k  # noqa: E731
+    drive(c, 300, cost, high)
+    assert c.choose(4) == 4
+    after_drop = drive(c, 300, cost, low)
+    assert after_drop[-200:].count(0) > 190  # back to plain decoding within a few iterations
+    recovered = drive(c, 600, cost, high)
+    assert recovered[-100:].count(4) > 90  # a probe found the drafts good again
+
+
+def test_controller_respects_the_limit() -> None:
+    c = _core.DraftController(4)
+    drive(c, 100, lambda k: 1000 + 100 * k, lambda k, i: k)
+    assert {c.choose(2) for _ in range(10)} <= {0, 1, 2}
+    assert c.choose(0) == 0
+
+
+def test_controller_ignores_a_preempted_iteration() -> None:
+    c = _core.DraftController(2)
+    drive(c, 50, lambda k: 1000 + 100 * k, lambda k, i: k, limit=2)
+    c.observe(2, 2, 10_000_000, 200, False)  # the process was descheduled for 10 s
+    assert c.estimates()["iteration_us"][2] < 1000 + 200 + 0.25 * (2 * 1200)
+    assert c.choose(2) == 2
+
+
+# ---------------------------------------------------------------- engine --
+
+
+def token_ids(session: MTP, prompt: str, **opts: object) -> list[int]:
+    return [e.id for e in session.stream_events(prompt, **opts) if isinstance(e, TokenEvent)]
+
+
+PROMPTS = ["Hello", "Once upon a time, in a land far away", "a b a b a b a b"]
+
+CASES: dict[str, dict[str, Any]] = {
+    "dense": {"target": "random"},
+    "dense 33%": {"target": "accept33"},
+    "dense 100%": {"target": "accept100"},
+    "dense, llama.cpp's driver": {"target": "random", "fuse_catch_up": False},
+    "sidecar": {"target": "random-trunk", "draft": "mtp-random-trunk"},
+    "hybrid rs": {"target": "hybrid", "rollback": "rs"},
+    "hybrid checkpoint": {"target": "hybrid", "rollback": "checkpoint"},
+    "dense p_min": {"target": "random", "p_min": 0.3},
+    "hybrid checkpoint p_min": {"target": "hybrid", "rollback": "checkpoint", "p_min": 0.3},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_greedy_auto_equals_plain_decoding(tiny_paths: dict[str, Path], case: str) -> None:
+    spec = dict(CASES[case])
+    target = Model.load(tiny_paths[spec.pop("target")])
+    draft = Model.load(tiny_paths[spec.pop("draft")]) if "draft" in spec else None
+    plain = make_session(target, n_draft=0, n_ctx=1024)
+    auto = MTP(target, draft_model=draft, n_draft="auto", n_threads=THREADS, n_ctx=1024, **spec)
+    for prompt in PROMPTS:
+        # Long enough to cover exploration, plain stretches, probes and their catch-up.
+        assert token_ids(auto, prompt, max_tokens=300, temp=0) == token_ids(plain, prompt, max_tokens=300, temp=0)
+    s = auto.stats()
+    assert s.tokens_emitted == 300 * len(PROMPTS)
+    assert sum(s.draft_length_counts) == s.iters - s.replays
+    assert s.draft_length_counts[0] > 0 and s.drafts_generated > 0  # plain and drafting passes both ran
+    assert 0.0 < s.undrafted_share < 1.0
+    assert s.tokens_undrafted == round(s.undrafted_share * s.tokens_emitted)
+
+
+def test_auto_stats_and_estimates_persist_across_calls(accept100_model: Model) -> None:
+    session = make_session(accept100_model, n_draft="auto", n_ctx=1024)
+    assert session.n_draft == "auto" and session.n_draft_max == 4
+    session.generate("x", max_tokens=200, temp=0)
+    first = session.draft_controller
+    assert first is not None and first.iteration_us[0] > 0  # plain decoding measured
+    assert first.acceptance[0] > 0.5  # drafts were tried, and all accepted
+    call = session.last_stats
+    assert call.n_draft == 4 and call.draft_controller == first
+    assert call.draft_length_counts[0] >= 3  # plain decoding is measured first
+    session.generate("x", max_tokens=50, temp=0)
+    second = session.last_stats
+    # The second call starts from what the first learnt: no plain measurement again.
+    assert second.draft_length_counts[0] < 3 or second.draft_length_counts[0] < call.draft_length_counts[0]
+    payload = second.to_dict()
+    assert set(payload["draft_controller"]) == {
+        "acceptance", "iteration_us", "expected_tokens_per_s", "choice", "probe_interval"
+    }
+    assert len(payload["draft_length_counts"]) == 5
+
+
+def test_per_call_draft_length_overrides_the_session(accept100_model: Model) -> None:
+    session = make_session(accept100_model, n_draft="auto", n_ctx=512)
+    session.generate("x", max_tokens=40, temp=0, n_draft=2)
+    counts = session.last_stats.draft_length_counts  # lengths 0..2: the call's longest is 2
+    assert len(counts) == 3 and counts[2] > 0 and session.last_stats.n_draft == 2
+    fixed = make_session(accept100_model, n_draft=2, n_ctx=512)
+    fixed.generate("x", max_tokens=40, temp=0, n_draft="auto")  # auto, bounded by the session's 2
+    assert len(fixed.last_stats.draft_length_counts) == 3
+
+
+def test_model_without_a_head_says_how_to_decode_plainly(tiny_paths: dict[str, Path]) -> None:
+    with pytest.raises(Exception, match="n_draft=0"):
+        MTP(Model.load(tiny_paths["glm4-nextn"]), n_threads=THREADS)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"n_draft": "fast"}, ["'auto'", "0 (plain decoding)"]),
+        ({"n_draft": -1}, ["'auto'"]),
+        ({"n_draft": 2.5}, ["'auto'"]),
+        ({"n_draft_max": -2}, ["n_draft_max", "between 1 and 16"]),
+        ({"n_draft_max": 0}, ["n_draft_max"]),
+        ({"p_min": -0.1}, ["p_min", "[0, 1]"]),
+        ({"p_min": 1.5}, ["p_min", "[0, 1]"]),
+        ({"p_min": "high"}, ["p_min"]),
+    ],
+)
+def test_bad_draft_options_name_the_valid_values(random_model: Model, kwargs: dict[str, Any], words: list[str]) -> None:
+    for make in (lambda: SessionOptions(**kwargs), lambda: MTP(random_model, **kwargs)):
+        with pytest.raises(InvalidOptionError) as info:
+            make()
+        for word in words:
+            assert word in str(info.value)
+
+
+def test_bad_per_call_draft_length(random_model: Model) -> None:
+    with pytest.raises(InvalidOptionError, match="'auto'"):
+        GenerationOptions(n_draft="fast")
+    session = make_session(random_model, n_draft=2)
+    with pytest.raises(InvalidOptionError, match="longest draft"):
+        session.generate("x", max_tokens=4, n_draft=3)
+    assert session.generate("x", max_tokens=4, temp=0, n_draft="auto")  # the session is still usable
