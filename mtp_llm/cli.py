@@ -17,10 +17,26 @@ if TYPE_CHECKING:
 def _add_session_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="target GGUF (default: the built-in model)")
     p.add_argument("--draft-model", help="MTP sidecar GGUF (mtp-*.gguf) for a trunk-only target")
-    p.add_argument("--n-draft", type=int, default=3, help="max draft tokens per iteration (default 3)")
+    p.add_argument(
+        "--n-draft",
+        type=_draft_length,
+        default="auto",
+        help="draft tokens per iteration: 'auto' (default; the engine picks each iteration's length) or N",
+    )
+    p.add_argument("--n-draft-max", type=int, default=4, help="longest draft of --n-draft auto (default 4)")
+    p.add_argument("--p-min", type=float, default=0.0, help="stop a draft below this confidence (default 0: never)")
     p.add_argument("--no-mtp", action="store_true", help="plain decoding (n_draft=0)")
     p.add_argument("--n-ctx", type=int, default=2048)
     p.add_argument("--threads", type=int, default=None, help="decode threads (default: all cores)")
+
+
+def _draft_length(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number of tokens, got {text!r}") from None
 
 
 def _open_session(args: argparse.Namespace) -> MTP:
@@ -30,7 +46,15 @@ def _open_session(args: argparse.Namespace) -> MTP:
     model = Model.load(args.model) if args.model else Model.load_default()
     draft = Model.load(args.draft_model) if args.draft_model else None
     n_draft = 0 if args.no_mtp else args.n_draft
-    return MTP(model, draft_model=draft, n_draft=n_draft, n_ctx=args.n_ctx, n_threads=args.threads)
+    return MTP(
+        model,
+        draft_model=draft,
+        n_draft=n_draft,
+        n_draft_max=args.n_draft_max,
+        p_min=args.p_min,
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+    )
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

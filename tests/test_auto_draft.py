@@ -209,3 +209,21 @@ def test_bad_per_call_draft_length(random_model: Model) -> None:
     with pytest.raises(InvalidOptionError, match="longest draft"):
         session.generate("x", max_tokens=4, n_draft=3)
     assert session.generate("x", max_tokens=4, temp=0, n_draft="auto")  # the session is still usable
+
+
+def test_integrations_default_to_auto_and_publish_what_it_did(tiny_paths: dict[str, Path]) -> None:
+    from mtp_llm import STATS_KEY
+    from mtp_llm.langchain import ChatMTP
+    from mtp_llm.llamaindex import MTPLLM
+
+    path = str(tiny_paths["accept100"])
+    chat = ChatMTP(model_path=path, n_threads=THREADS, n_ctx=512, temperature=0, max_tokens=30)
+    assert chat.n_draft == "auto"
+    stats = chat.invoke("x").response_metadata[STATS_KEY]
+    assert sum(stats["draft_length_counts"]) == stats["iters"]
+    assert stats["draft_controller"]["iteration_us"][0] > 0
+    assert stats["tokens_undrafted"] + stats["drafts_accepted"] + sum(stats["draft_length_counts"][1:]) == 30
+
+    llm = MTPLLM(model_path=path, n_threads=THREADS, n_ctx=512, temperature=0, max_tokens=30, n_draft_max=2)
+    li_stats = llm.complete("x").additional_kwargs[STATS_KEY]
+    assert len(li_stats["draft_length_counts"]) == 3 and li_stats["n_draft"] == 2

@@ -46,7 +46,7 @@ def test_py_typed_is_shipped() -> None:
 def test_cli_generate_streams_and_prints_stats(tiny_paths) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "mtp_llm", "generate", "--model", str(tiny_paths["accept100"]), "--threads", "1",
-         "--max-tokens", "8", "--json", "Hi"],
+         "--max-tokens", "8", "--n-draft", "3", "--json", "Hi"],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -55,6 +55,22 @@ def test_cli_generate_streams_and_prints_stats(tiny_paths) -> None:
     report = json.loads(payload)
     assert report["finish_reason"] == "length"
     assert report["stats"]["acceptance_rate"] == 1.0 and report["stats"]["tokens_emitted"] == 8
+
+
+def test_cli_automatic_draft_length_is_the_default(tiny_paths) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "generate", "--model", str(tiny_paths["accept100"]), "--threads", "1",
+         "--max-tokens", "40", "--n-draft-max", "2", "--json", "Hi"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads(proc.stdout.partition("\n")[2])["stats"]
+    assert stats["n_draft"] == 2 and len(stats["draft_length_counts"]) == 3
+    assert stats["draft_length_counts"][0] >= 3  # plain decoding measured first
+    assert stats["draft_controller"]["iteration_us"][0] > 0
+    bad = subprocess.run([sys.executable, "-m", "mtp_llm", "generate", "--n-draft", "fast", "Hi"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "'auto'" in bad.stderr
 
 
 def test_cli_no_mtp(tiny_paths) -> None:
