@@ -90,6 +90,14 @@ class _Repo:
             groups.setdefault(parts[0], parts)
         return list(groups.values())
 
+    def remember(self) -> None:
+        """Record which commit the revision names (``refs/<revision>``, as huggingface_hub does),
+        so that later calls find the files without asking the Hub."""
+        if self.online and self.spec.revision != self.commit:
+            ref = self.snapshot.parent.parent / "refs" / self.spec.revision
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            ref.write_text(self.commit)
+
     def fetch(self, name: str) -> Path:
         """The local path of ``name``, downloaded (with huggingface_hub's progress bar) if needed."""
         pointer = self.snapshot / name
@@ -191,6 +199,7 @@ def pretrained_files(
     parts = [repo.fetch(name) for name in _choose(repo, filename, spec)]
     for part in parts:
         _check_gguf(part, spec)
+    repo.remember()
     sidecar = None
     if mtp_filename is not None or (is_trunk_only is not None and is_trunk_only(parts[0])):
         name = _sidecar_name(repo, mtp_filename, parts[0].name, spec)
@@ -292,6 +301,7 @@ def _check_gguf(path: Path, spec: _Spec) -> None:
 def _import_hub() -> ModuleType:
     try:
         import huggingface_hub
+        import huggingface_hub.constants  # a submodule the package does not import itself
     except ImportError as exc:
         raise ModelLoadError(
             "loading from the Hugging Face Hub needs huggingface_hub: pip install 'mtp-llm[hub]'"
