@@ -194,7 +194,9 @@ const std::vector<std::string> & single_head_mtp_architectures() {
     return archs;
 }
 
-GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, const std::string & path) {
+namespace {
+
+void check_tensor_types(const ggml_context * meta, const std::string & path) {
     // Converters store every 1-D tensor (norms, biases, scales) as f32, and ggml's CPU
     // element-wise kernels abort on other types there.
     for (ggml_tensor * t = ggml_get_first_tensor(meta); t != nullptr; t = ggml_get_next_tensor(meta, t)) {
@@ -204,6 +206,20 @@ GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, con
                                            " (norms and biases must be f32; re-convert the model): '" + path + "'");
         }
     }
+}
+
+// Which parts of the model a file's tensors hold (a split GGUF's later files add theirs).
+void add_tensor_facts(GgufInfo & info, const gguf_context * ctx) {
+    info.has_trunk = info.has_trunk || gguf_find_tensor(ctx, "blk.0.attn_norm.weight") >= 0;
+    const int64_t first_head = info.block_count - info.n_nextn;
+    const std::string probe = "blk." + std::to_string(first_head) + ".nextn.eh_proj.weight";
+    info.has_mtp_tensors = info.has_mtp_tensors || (info.n_nextn > 0 && gguf_find_tensor(ctx, probe.c_str()) >= 0);
+}
+
+}  // namespace
+
+GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, const std::string & path) {
+    check_tensor_types(meta, path);
 
     GgufInfo info;
     const int64_t arch_id = gguf_find_key(ctx, "general.architecture");
@@ -232,11 +248,17 @@ GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, con
             }
         }
     }
-    info.has_trunk = gguf_find_tensor(ctx, "blk.0.attn_norm.weight") >= 0;
-    const int64_t first_head = info.block_count - info.n_nextn;
-    const std::string probe = "blk." + std::to_string(first_head) + ".nextn.eh_proj.weight";
-    info.has_mtp_tensors = info.n_nextn > 0 && gguf_find_tensor(ctx, probe.c_str()) >= 0;
+    add_tensor_facts(info, ctx);
     return info;
+}
+
+int64_t split_count(const gguf_context * ctx) { return gguf_int(ctx, "split.count"); }
+
+int64_t split_index(const gguf_context * ctx) { return gguf_int(ctx, "split.no"); }
+
+void read_split_part(GgufInfo & info, const gguf_context * ctx, const ggml_context * meta, const std::string & path) {
+    check_tensor_types(meta, path);
+    add_tensor_facts(info, ctx);
 }
 
 }  // namespace mtp

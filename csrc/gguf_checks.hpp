@@ -36,4 +36,11 @@ const std::vector<std::string> & single_head_mtp_architectures();
 // throws Error(ModelLoad) naming the bad value.
 GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, const std::string & path);
 
+// Split GGUFs (<name>-00001-of-0000N.gguf ...): ``split.count`` and ``split.no`` of a
+// header (0 when absent), and the checks and tensor facts of a later part, added to the
+// first part's ``info`` (the trunk or the MTP head may be stored past the first file).
+int64_t split_count(const gguf_context * ctx);
+int64_t split_index(const gguf_context * ctx);
+void read_split_part(GgufInfo & info, const gguf_context * ctx, const ggml_context * meta, const std::string & path);
+
 }  // namespace mtp

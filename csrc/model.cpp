@@ -36,6 +36,8 @@ void require_mtp_graph(const Model & head) {
                                         "can draft: " + known);
 }
 
+static void add_split_parts(GgufInfo & info, const gguf_context * first, const std::string & path);
+
 GgufInfo inspect_gguf(const std::string & path) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -70,7 +72,45 @@ GgufInfo inspect_gguf(const std::string & path) {
     }
     std::unique_ptr<gguf_context, decltype(&gguf_free)> guard(ctx, gguf_free);
     std::unique_ptr<ggml_context, decltype(&ggml_free)> meta_guard(meta, ggml_free);
-    return read_gguf_info(ctx, meta, path);
+    GgufInfo info = read_gguf_info(ctx, meta, path);
+    add_split_parts(info, ctx, path);
+    return info;
+}
+
+// A split GGUF is loaded from its first file; llama.cpp finds the others by name
+// (<prefix>-0000k-of-0000N.gguf) beside it. Check they are there and read their tensors.
+static void add_split_parts(GgufInfo & info, const gguf_context * first, const std::string & path) {
+    const int64_t n_split = split_count(first);
+    if (n_split <= 1) {
+        return;
+    }
+    std::vector<char> buf(path.size() + 64, 0);
+    const int64_t index = split_index(first);
+    if (index != 0 || llama_split_prefix(buf.data(), buf.size(), path.c_str(), 0, (int) n_split) == 0) {
+        fail(ErrorKind::ModelLoad, "'" + path + "' is part " + std::to_string(index + 1) + " of a GGUF split in " +
+                                       std::to_string(n_split) + " files: load the first one, named <name>-00001-of-" +
+                                       std::to_string(100000 + n_split).substr(1) + ".gguf");
+    }
+    const std::string prefix(buf.data());
+    for (int k = 1; k < (int) n_split; ++k) {
+        llama_split_path(buf.data(), buf.size(), prefix.c_str(), k, (int) n_split);
+        const std::string part(buf.data());
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(part, ec)) {
+            fail(ErrorKind::ModelLoad, "part " + std::to_string(k + 1) + " of " + std::to_string(n_split) +
+                                           " of the split GGUF '" + path + "' is missing: '" + part +
+                                           "' (every part must be in the same folder)");
+        }
+        ggml_context * meta = nullptr;
+        gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta};
+        gguf_context * ctx = gguf_init_from_file(part.c_str(), params);
+        if (ctx == nullptr) {
+            fail(ErrorKind::ModelLoad, with_log("GGUF file is corrupt or truncated: '" + part + "'"));
+        }
+        std::unique_ptr<gguf_context, decltype(&gguf_free)> guard(ctx, gguf_free);
+        std::unique_ptr<ggml_context, decltype(&ggml_free)> meta_guard(meta, ggml_free);
+        read_split_part(info, ctx, meta, part);
+    }
 }
 
 Model::Model(const std::string & path, const ModelOptions & opts) : path_(path), opts_(opts) {

@@ -15,6 +15,7 @@ import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from . import _core
@@ -33,6 +34,7 @@ __all__ = [
     "ToolSpec",
     "call_options",
     "chat_prompt",
+    "display_name",
     "format_tool_call",
     "get_model",
     "get_session",
@@ -51,13 +53,28 @@ class EngineSpec:
     """Everything that identifies a loaded model + session. Equal specs share one session."""
 
     model_path: str | None = None
-    """GGUF path; None = the built-in default model."""
+    """GGUF path; None = the built-in default model (or ``repo_id``)."""
+    repo_id: str | None = None
+    """Hugging Face Hub repository to take the model from (instead of ``model_path``)."""
+    filename: str | None = None
+    """File name or glob of the model in ``repo_id`` (e.g. ``*Q4_K_M.gguf``)."""
+    revision: str | None = None
+    """Branch, tag or commit of ``repo_id`` (None = main)."""
     draft_model_path: str | None = None
-    """Sidecar GGUF holding the MTP head (``mtp-*.gguf``), if any."""
+    """Sidecar GGUF holding the MTP head (``mtp-*.gguf``); None = the one beside a trunk-only
+    target or fetched with it from the repository, if any."""
     n_gpu_layers: int = 0
     use_mmap: bool = True
     session_options: SessionOptions = dataclasses.field(default_factory=SessionOptions)
     """What the session is created with."""
+
+    def __post_init__(self) -> None:
+        if self.repo_id is not None and self.model_path is not None:
+            raise InvalidOptionError("pass either model_path or repo_id/filename, not both")
+        if (self.repo_id is None) != (self.filename is None):
+            raise InvalidOptionError(
+                "repo_id and filename go together: the repository and the file name or glob in it (e.g. '*Q4_K_M.gguf')"
+            )
 
     @classmethod
     def of(cls, instance: object) -> EngineSpec:
@@ -66,6 +83,16 @@ class EngineSpec:
         loading = {f.name: getattr(instance, f.name) for f in dataclasses.fields(cls) if f.name != "session_options"}
         session = {f.name: getattr(instance, f.name) for f in dataclasses.fields(SessionOptions)}
         return cls(**loading, session_options=SessionOptions(**session))
+
+
+def display_name(model_path: str | None, repo_id: str | None = None, filename: str | None = None) -> str:
+    """A model's name in metadata and traces: the file's stem (a repository's name for a glob
+    file name); ``mtp-llm-default`` for the built-in model."""
+    source = filename if filename and not any(c in filename for c in "*?[") else repo_id
+    source = source or model_path
+    if source is None:
+        return "mtp-llm-default"
+    return source.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".gguf")
 
 
 def resolve_model_path(model_path: str | None) -> str:
@@ -104,18 +131,35 @@ def get_session(spec: EngineSpec, model: Model | None = None) -> MTP:
         session = _sessions.get(spec)
     if session is not None:
         return session
-    model = get_model(resolve_model_path(spec.model_path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap)
-    session = _new_session(model, spec)
+    model, sidecar = _load_target(spec)
+    session = _new_session(model, spec, sidecar)
     with _lock:
         return _sessions.setdefault(spec, session)
 
 
-def _new_session(model: Model, spec: EngineSpec) -> MTP:
-    draft = (
-        get_model(os.fspath(spec.draft_model_path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap)
-        if spec.draft_model_path
-        else None
+def _load_target(spec: EngineSpec) -> tuple[Model, Path | None]:
+    """The target of ``spec`` (a local path or a Hub repository), loaded once per process, and
+    the sidecar head fetched with it from the repository."""
+
+    def load(path: str | Path) -> Model:
+        return get_model(os.fspath(path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap)
+
+    if spec.repo_id is None or spec.filename is None:
+        return load(resolve_model_path(spec.model_path)), None
+    from .hub import pretrained_files
+
+    files = pretrained_files(
+        spec.repo_id, spec.filename, revision=spec.revision, is_trunk_only=lambda path: load(path).needs_sidecar
     )
+    return load(files.target), files.sidecar
+
+
+def _new_session(model: Model, spec: EngineSpec, sidecar: Path | None = None) -> MTP:
+    """A session on ``model``: the sidecar head named by ``spec``, else the repository's, else
+    the one beside the file (loaded once per process)."""
+    auto = model.sidecar_path if spec.session_options.may_draft else None
+    path = spec.draft_model_path or sidecar or auto
+    draft = get_model(os.fspath(path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap) if path else None
     return MTP.from_options(model, spec.session_options, draft_model=draft)
 
 

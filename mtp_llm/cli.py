@@ -6,17 +6,41 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .errors import MTPError
 
 if TYPE_CHECKING:
+    from .model import Model
     from .session import MTP
 
 
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--model", help="target GGUF (default: the built-in model)")
+    source.add_argument(
+        "--hf",
+        metavar="REPO[:FILE]",
+        help="target from a Hugging Face Hub repository; FILE may be a glob such as '*Q4_K_M.gguf' "
+        "(default '*.gguf': the repository's one model); needs mtp-llm[hub]",
+    )
+
+
+def _load_model(args: argparse.Namespace) -> Model:
+    from .model import Model
+
+    if args.hf:
+        repo, _, pattern = args.hf.partition(":")
+        return Model.from_pretrained(repo, pattern or "*.gguf")
+    return Model.load(args.model) if args.model else Model.load_default()
+
+
 def _add_session_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="target GGUF (default: the built-in model)")
-    p.add_argument("--draft-model", help="MTP sidecar GGUF (mtp-*.gguf) for a trunk-only target")
+    _add_model_args(p)
+    p.add_argument(
+        "--draft-model",
+        help="MTP sidecar GGUF (mtp-*.gguf); default: the one beside a trunk-only target or in its --hf repository",
+    )
     p.add_argument(
         "--n-draft",
         type=_draft_length,
@@ -43,9 +67,9 @@ def _open_session(args: argparse.Namespace) -> MTP:
     from .model import Model
     from .session import MTP
 
-    model = Model.load(args.model) if args.model else Model.load_default()
-    draft = Model.load(args.draft_model) if args.draft_model else None
+    model = _load_model(args)
     n_draft = 0 if args.no_mtp else args.n_draft
+    draft: Model | Literal["auto"] = Model.load(args.draft_model) if args.draft_model else "auto"
     return MTP(
         model,
         draft_model=draft,
@@ -80,9 +104,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .model import Model
-
-    model = Model.load(args.model) if args.model else Model.load_default()
+    model = _load_model(args)
+    sidecar = model.sidecar_path
     info = {
         "path": str(model.path),
         "architecture": model.architecture,
@@ -96,6 +119,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "has_mtp_head": model.has_mtp_head,
         "has_mtp_graph": model.has_mtp_graph,
         "chat_template": model.chat_template is not None,
+        "draft_model": str(sidecar) if sidecar is not None else None,
     }
     print(json.dumps(info, indent=2))
     return 0
@@ -140,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("prompt")
     gen.set_defaults(func=cmd_generate)
 
-    info = sub.add_parser("info", help="print a model's metadata")
-    info.add_argument("--model")
+    info = sub.add_parser("info", help="print a model's metadata and the sidecar head MTP would use")
+    _add_model_args(info)
     info.set_defaults(func=cmd_info)
 
     mk = sub.add_parser("make-test-models", help="write the tiny test models into a directory")

@@ -87,6 +87,7 @@ from ._integration import (
     chat_prompt,
     format_tool_call,
     get_model,
+    display_name,
     get_session,
     parse_tool_output,
     partial_tool_response,
@@ -121,8 +122,15 @@ class _MTPParams(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=())
 
     model_path: str | None = None
-    """Path of the GGUF model; None = the built-in default model. Instances with the
-    same path and load options share one lazily loaded native session."""
+    """Path of the GGUF model; None = the built-in default model (or ``repo_id``). Instances
+    with the same model and load options share one lazily loaded native session."""
+    repo_id: str | None = None
+    """Hugging Face Hub repository to load from instead of ``model_path`` (with ``filename``;
+    needs ``mtp-llm[hub]``); downloaded at first use into huggingface_hub's cache."""
+    filename: str | None = None
+    """File name or glob of the model in ``repo_id``, e.g. ``"*Q4_K_M.gguf"``."""
+    revision: str | None = None
+    """Branch, tag or commit of ``repo_id`` (None = main)."""
     model: Model | None = Field(default=None, exclude=True)
     """An already loaded :class:`mtp_llm.Model` (instead of ``model_path``); this
     instance creates its own session on it at first use."""
@@ -219,10 +227,7 @@ class _MTPParams(BaseModel):
             return self.session.model.path.stem
         if self.model is not None:
             return self.model.path.stem
-        if self.model_path is not None:
-            name = self.model_path.replace("\\", "/").rsplit("/", 1)[-1]
-            return name.removesuffix(".gguf")
-        return "mtp-llm-default"
+        return display_name(self.model_path, self.repo_id, self.filename)
 
     def _call_options(self, stop: Sequence[str] | None, kwargs: Mapping[str, Any]) -> GenerationOptions:
         """Instance options, overridden by per-call ones (a per-call ``stop`` wins)."""

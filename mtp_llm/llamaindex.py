@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
@@ -64,6 +63,7 @@ from ._integration import (
     chat_prompt,
     format_tool_call,
     get_model,
+    display_name,
     get_session,
     parse_tool_output,
     partial_tool_response,
@@ -128,7 +128,14 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
 
     # engine (identifies the shared native session)
     model_path: str | None = Field(default=None, description="GGUF file; None = the built-in default model.")
-    draft_model_path: str | None = Field(default=None, description="Optional mtp-*.gguf sidecar with the MTP head.")
+    repo_id: str | None = Field(
+        default=None, description="Hugging Face Hub repository to load from instead of model_path (mtp-llm[hub])."
+    )
+    filename: str | None = Field(default=None, description="File name or glob of the model in repo_id.")
+    revision: str | None = Field(default=None, description="Branch, tag or commit of repo_id (None = main).")
+    draft_model_path: str | None = Field(
+        default=None, description="mtp-*.gguf sidecar with the MTP head (None = the one beside or in the repo)."
+    )
     n_draft: DraftLength = Field(
         default="auto",
         description='Draft tokens per step: "auto" (the engine picks each step\'s length), a fixed number, '
@@ -199,7 +206,7 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
             num_output=self.max_tokens,
             is_chat_model=self._template() is not None,
             is_function_calling_model=True,
-            model_name=_model_name(self.model_path),
+            model_name=display_name(self.model_path, self.repo_id, self.filename),
         )
 
     def _template(self) -> str | None:
@@ -356,7 +363,7 @@ class _Call:
         self.prompt = prompt
         self.options = options
         self.tools = tools
-        self.model_name = _model_name(llm.model_path)
+        self.model_name = display_name(llm.model_path, llm.repo_id, llm.filename)
         self.span_id = active_span_id.get()
         self.raw = ""
         """The model's text (JSON under tool calling)."""
@@ -462,7 +469,7 @@ class MTPEmbedding(BaseEmbedding):
     _model: Model | None = PrivateAttr(default=None)
 
     def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("model_name", _model_name(kwargs.get("model_path")))
+        kwargs.setdefault("model_name", display_name(kwargs.get("model_path")))
         super().__init__(**kwargs)
 
     @classmethod
@@ -499,10 +506,6 @@ class MTPEmbedding(BaseEmbedding):
 
 
 # ------------------------------------------------------------------ helpers --
-
-
-def _model_name(model_path: str | None) -> str:
-    return Path(model_path).name.removesuffix(".gguf") if model_path else "mtp-llm-default"
 
 
 def _message_pair(message: ChatMessage) -> tuple[str, str]:

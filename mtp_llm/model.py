@@ -24,10 +24,12 @@ class Model:
     reference uses the model; several sessions can share one model.
     """
 
-    __slots__ = ("_native",)
+    __slots__ = ("_load_options", "_native", "_sidecar")
 
-    def __init__(self, native: _core.Model) -> None:
+    def __init__(self, native: _core.Model, *, sidecar: Path | None = None, **load_options: Any) -> None:
         self._native = native
+        self._sidecar = sidecar
+        self._load_options = load_options
 
     @classmethod
     def load(
@@ -49,7 +51,60 @@ class Model:
             use_mmap: map the file instead of reading it.
             use_mlock: lock the weights in RAM.
         """
-        return cls(_core.Model(os.fspath(path), load_mtp, n_gpu_layers, use_mmap, use_mlock))
+        native = _core.Model(os.fspath(path), load_mtp, n_gpu_layers, use_mmap, use_mlock)
+        return cls(native, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: str,
+        *,
+        revision: str | None = None,
+        mtp_filename: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        refresh: bool = False,
+        **load_options: Any,
+    ) -> Model:
+        """Load a GGUF from a Hugging Face Hub repository (needs ``pip install 'mtp-llm[hub]'``).
+
+        Downloads go to huggingface_hub's cache (with its progress bars) and are reused: once a
+        revision's files are cached, no request is made (``HF_HUB_OFFLINE=1`` forbids any).
+
+        Args:
+            repo_id: ``owner/name`` of the repository.
+            filename: file name or glob matching one model, e.g. ``"*Q4_K_M.gguf"``; every
+                part of a split GGUF (``-00001-of-0000N.gguf``) is fetched and the first loaded.
+            revision: branch, tag or commit hash (default ``main``).
+            mtp_filename: the ``mtp-*.gguf`` head to use; default: the repository's head
+                when the target carries none (see :attr:`sidecar_path`).
+            cache_dir: huggingface_hub cache folder (default: its own, ``HF_HUB_CACHE``).
+            refresh: ask the Hub for the revision's newest commit even when the cache has the files.
+            load_options: :meth:`load`'s keyword arguments.
+
+        Raises:
+            ModelLoadError: naming the repository, the pattern and what was found.
+        """
+        from .hub import pretrained_files
+
+        loaded: list[Model] = []
+
+        def trunk_only(path: Path) -> bool:
+            loaded.append(cls.load(path, **load_options))
+            return loaded[0].needs_sidecar
+
+        files = pretrained_files(
+            repo_id,
+            filename,
+            revision=revision,
+            mtp_filename=mtp_filename,
+            cache_dir=cache_dir,
+            refresh=refresh,
+            is_trunk_only=trunk_only,
+        )
+        model = loaded[0] if loaded else cls.load(files.target, **load_options)
+        model._sidecar = files.sidecar
+        return model
 
     @classmethod
     def load_default(cls, **kwargs: Any) -> Model:
@@ -108,6 +163,35 @@ class Model:
     def is_mtp_sidecar(self) -> bool:
         """True for an ``mtp-*.gguf`` file that holds only the head."""
         return self._native.is_mtp_sidecar
+
+    @property
+    def needs_sidecar(self) -> bool:
+        """True for a target whose file carries no MTP head (trunk-only, or no head declared):
+        speculation needs an ``mtp-*.gguf`` sidecar."""
+        return not self.has_mtp_head and not self.is_mtp_sidecar
+
+    @property
+    def sidecar_path(self) -> Path | None:
+        """The ``mtp-*.gguf`` head that ``MTP(model)`` (``draft_model="auto"``) loads: the one
+        :meth:`from_pretrained` fetched with this model, else, for a target without its own
+        head, ``mtp-<name>.gguf`` beside the file (a split target: ``mtp-<name without
+        -00001-of-0000N>.gguf`` too); None when there is none."""
+        if self._sidecar is not None:
+            return self._sidecar
+        if not self.needs_sidecar:
+            return None
+        from .hub import sidecar_names
+
+        for name in sidecar_names(self.path.name):
+            candidate = self.path.with_name(name)
+            if candidate.is_file():
+                return candidate
+        return None
+
+    def load_sidecar(self) -> Model | None:
+        """Load :attr:`sidecar_path` with this model's load options (None when there is none)."""
+        path = self.sidecar_path
+        return None if path is None else Model.load(path, **self._load_options)
 
     @property
     def load_mtp(self) -> bool:

@@ -93,6 +93,11 @@ class SessionOptions:
         if self.rollback not in ROLLBACK_MODES:
             raise InvalidOptionError(f"rollback must be one of {ROLLBACK_MODES} (got {self.rollback!r})")
 
+    @property
+    def may_draft(self) -> bool:
+        """Whether sessions with these options draft at all (n_draft is not 0)."""
+        return self.n_draft != 0
+
     def to_native(self) -> _core.ContextOptions:
         """The engine's ``ContextOptions``, filled field by field."""
         native = _core.ContextOptions()

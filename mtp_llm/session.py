@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from . import _core
 from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
@@ -84,8 +84,10 @@ class MTP:
 
     Args:
         model: the target model (with an embedded MTP head unless ``draft_model``).
-        draft_model: a sidecar model holding the MTP head (``mtp-*.gguf``),
-            loaded with ``load_mtp=True``.
+        draft_model: a sidecar model holding the MTP head (``mtp-*.gguf``), loaded with
+            ``load_mtp=True``; ``"auto"`` (the default) loads ``model.sidecar_path`` (the head
+            fetched with a hub model, or ``mtp-<name>.gguf`` beside a trunk-only target) when
+            there is one; None uses none. The one used is :attr:`draft_model`.
         defaults: generation options each call starts from.
     """
 
@@ -93,7 +95,7 @@ class MTP:
         self,
         model: Model,
         *,
-        draft_model: Model | None = None,
+        draft_model: Model | Literal["auto"] | None = "auto",
         n_draft: DraftLength = "auto",
         n_draft_max: int = 4,
         p_min: float = 0.0,
@@ -132,7 +134,7 @@ class MTP:
         model: Model,
         options: SessionOptions,
         *,
-        draft_model: Model | None = None,
+        draft_model: Model | Literal["auto"] | None = "auto",
         defaults: GenerationOptions | None = None,
     ) -> MTP:
         """A session created from a :class:`SessionOptions` (same meaning as the keyword arguments)."""
@@ -143,14 +145,23 @@ class MTP:
         return session
 
     def _open(
-        self, model: Model, draft_model: Model | None, options: SessionOptions, defaults: GenerationOptions | None
+        self,
+        model: Model,
+        draft_model: Model | Literal["auto"] | None,
+        options: SessionOptions,
+        defaults: GenerationOptions | None,
     ) -> None:
         if not isinstance(model, Model):
             raise InvalidOptionError(f"model must be an mtp_llm.Model (got {type(model).__name__})")
+        if isinstance(draft_model, str):
+            if draft_model != "auto":
+                raise InvalidOptionError(f"draft_model must be an mtp_llm.Model, 'auto' or None (got {draft_model!r})")
+            draft_model = model.load_sidecar() if options.may_draft else None
         if draft_model is not None and not isinstance(draft_model, Model):
             raise InvalidOptionError(f"draft_model must be an mtp_llm.Model (got {type(draft_model).__name__})")
         self.model = model
         self.draft_model = draft_model
+        """The sidecar MTP head in use (its file: ``draft_model.path``), or None."""
         self.session_options = options
         """The options this session was created with."""
         self.defaults = defaults or GenerationOptions()

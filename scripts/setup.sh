@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${MTP_LLM_VENV:-.venv}"
-EXTRAS="${MTP_LLM_EXTRAS:-test,docs,langchain,llamaindex,bench}"
+EXTRAS="${MTP_LLM_EXTRAS:-test,docs,langchain,llamaindex,bench,hub}"
 
 if ! command -v ccache >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "setup: installing ccache (compiler cache)" >&2

@@ -22,7 +22,7 @@ CASES: dict[str, tuple[str, str, str]] = {
     "not a gguf": ("Model.load(write(b'hello world, not a model'))", "ModelLoadError", "not a GGUF"),
     "random bytes after magic": ("Model.load(write(b'GGUF' + bytes(range(256)) * 4))", "ModelLoadError", "corrupt"),
     "truncated gguf": ("Model.load(write(paths['random'].read_bytes()[:5000]))", "ModelLoadError", "corrupt"),
-    "trunk without sidecar": ("MTP(Model.load(paths['random-trunk']), n_threads=1)", "MissingMTPHeadError", "draft_model"),
+    "trunk without sidecar": ("MTP(Model.load(paths['random-trunk']), draft_model=None, n_threads=1)", "MissingMTPHeadError", "draft_model"),
     "sidecar as target": ("MTP(Model.load(paths['mtp-random-trunk']), n_threads=1)", "ModelLoadError", "sidecar"),
     "load_mtp False": ("MTP(Model.load(paths['random'], load_mtp=False), n_threads=1)", "MissingMTPHeadError", "load_mtp"),
     "sidecar load_mtp False": (

@@ -112,20 +112,33 @@ class ModelConfig(Protocol):
 
 
 def start_file(
-    path: str | Path, arch: str, config: ModelConfig, tensors: Mapping[str, np.ndarray], *, file_type: int
+    path: str | Path,
+    arch: str,
+    config: ModelConfig,
+    tensors: Mapping[str, np.ndarray],
+    *,
+    file_type: int,
+    split_max_tensors: int = 0,
 ) -> Any:
     """Check ``tensors`` against ``config`` and :func:`open_writer`. The caller adds its
     architecture's keys, the vocabulary and the tensors, then calls :func:`finish_file`."""
     check_tensor_shapes(config.tensor_shapes(), tensors, (config.n_vocab, config.n_embd))
-    return open_writer(path, arch, config, file_type=file_type)
+    return open_writer(path, arch, config, file_type=file_type, split_max_tensors=split_max_tensors)
 
 
-def open_writer(path: str | Path, arch: str, config: ModelConfig, *, file_type: int) -> Any:
+def open_writer(
+    path: str | Path, arch: str, config: ModelConfig, *, file_type: int, split_max_tensors: int = 0
+) -> Any:
     """A ``gguf.GGUFWriter`` for ``arch`` with the metadata every writer sets: name, file type,
-    context, sizes, and ``n_layer`` trunk blocks followed by ``n_nextn`` MTP blocks."""
+    context, sizes, and ``n_layer`` trunk blocks followed by ``n_nextn`` MTP blocks.
+
+    ``split_max_tensors`` > 0 writes a split GGUF as llama.cpp's ``gguf-split`` does:
+    ``<stem>-00001-of-0000N.gguf``..., at most that many tensors each, the metadata in the
+    first file and ``split.no``, ``split.count``, ``split.tensors.count`` in every file.
+    """
     import gguf
 
-    writer = gguf.GGUFWriter(str(path), arch)
+    writer = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
     writer.add_name(config.name)
     writer.add_file_type(file_type)
     writer.add_context_length(config.n_ctx_train)

@@ -115,19 +115,23 @@ def write_hy_v3(
     part: Part = "full",
     file_type: FileType = "f32",
     chat_template: str | None = None,
+    split_max_tensors: int = 0,
 ) -> Path:
-    """Write ``tensors`` as a hy_v3 GGUF.
+    """Write ``tensors`` as a hy_v3 GGUF; returns the file to load (the first part of a split one).
 
     ``part`` selects the embedded model ("full"), the trunk only ("trunk", the
     MTP head declared in metadata but stored elsewhere) or the ``mtp-`` sidecar
     ("mtp": embeddings, final norm and the head, no trunk blocks).
     Norm weights always stay f32; matrices follow ``file_type`` (``q8_0`` needs
-    row lengths that are multiples of 32).
+    row lengths that are multiples of 32). ``split_max_tensors`` > 0 splits the file
+    (see :func:`~.common.open_writer`).
     """
     import gguf
 
     path = Path(path)
-    writer = start_file(path, ARCH, config, tensors, file_type=GGUF_FILE_TYPE[file_type])
+    writer = start_file(
+        path, ARCH, config, tensors, file_type=GGUF_FILE_TYPE[file_type], split_max_tensors=split_max_tensors
+    )
     add_hy_v3_keys(writer, config)
 
     add_bpe_vocab(writer, vocab, chat_template)
@@ -144,8 +148,9 @@ def write_hy_v3(
             continue
         writer.add_tensor(name, data)
 
+    names = writer.format_shard_names(path)
     finish_file(writer)
-    return path
+    return Path(names[0])
 
 
 def read_hy_v3(path: str | Path) -> tuple[HyV3Config, dict[str, np.ndarray], BpeVocab, str | None]:

@@ -8,6 +8,8 @@ Nothing can be downloaded here, so the project makes its own models:
 * ``accept100``: the target always emits one token and the head always agrees;
 * ``accept33``: the head agrees only at draft position 1, so at n_draft=3
   exactly one draft in three is accepted;
+* ``random-split-0000k-of-00003.gguf``: ``random`` written as a split GGUF (as llama.cpp's
+  ``gguf-split`` does), the MTP head in the last part;
 * ``eos``: the target emits end-of-generation at once;
 * ``sampling``: the target's next-token distribution is the same at every
   position, :data:`SAMPLING_PROBABILITIES` over ("a", "b", "c", any other token),
@@ -45,6 +47,8 @@ _D_TOKEN_Y = 2  # steers the logits to TOKEN_Y
 TINY_CONFIG = HyV3Config(
     n_vocab=len(tiny_vocab().tokens), n_embd=64, n_layer=2, n_head=4, n_head_kv=2, n_ff=128
 )
+
+SPLIT_PARTS = 3  # random-split: 39 tensors, at most 16 a file
 
 # Emitted by the forced models: "a" and "b" in byte-level form.
 TOKEN_X = ord("a")
@@ -160,6 +164,17 @@ def make_tiny_models(out_dir: str | Path) -> dict[str, Path]:
         split_mtp(paths["random"], out)
     paths["random-trunk"] = trunk
     paths["mtp-random-trunk"] = sidecar
+
+    split = [out / f"random-split-{k:05d}-of-{SPLIT_PARTS:05d}.gguf" for k in range(1, SPLIT_PARTS + 1)]
+    if not all(p.exists() for p in split):
+        tmp = out / ".random-split.tmp"
+        tmp.mkdir(exist_ok=True)
+        write_hy_v3(tmp / "random-split.gguf", _named(config, "random"), _random_tensors(config, seed=1234), vocab,
+                    split_max_tensors=16)
+        for part in split:
+            (tmp / part.name).replace(part)
+        tmp.rmdir()
+    paths["random-split"] = split[0]
 
     hybrid = out / "hybrid.gguf"
     if not hybrid.exists():
