@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,7 @@ private:
     int64_t t_begin_us_ = 0;
     bool first_token_seen_ = false;
     TextAssembler text_;
+    std::set<llama_token> preserved_tokens_;  // emitted as text (a chat grammar's markup)
 
     AtomicCounters total_;
     AtomicCounters call_;
