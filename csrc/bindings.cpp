@@ -17,6 +17,10 @@
 namespace py = pybind11;
 using mtp::ErrorKind;
 
+namespace mtp {
+void register_chat(py::module_ & m);  // bindings_chat.cpp
+}
+
 namespace {
 
 const char * error_class_name(ErrorKind kind) {
@@ -32,6 +36,9 @@ const char * error_class_name(ErrorKind kind) {
         case ErrorKind::Timeout: return "GenerationTimeoutError";
         case ErrorKind::Cancelled: return "GenerationCancelledError";
         case ErrorKind::Decode: return "DecodeError";
+        case ErrorKind::ChatTemplate: return "ChatTemplateError";
+        case ErrorKind::ToolSchema: return "ToolSchemaError";
+        case ErrorKind::ChatParse: return "ChatParseError";
     }
     return "MTPError";
 }
@@ -229,6 +236,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("rollback", &mtp::ContextOptions::rollback)
         .def_readwrite("fuse_catch_up", &mtp::ContextOptions::fuse_catch_up);
 
+    mtp::register_chat(m);
+
     py::class_<mtp::SamplingOptions>(m, "SamplingOptions")
         .def(py::init<>())
         .def_readwrite("temp", &mtp::SamplingOptions::temp)
@@ -240,7 +249,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("frequency_penalty", &mtp::SamplingOptions::frequency_penalty)
         .def_readwrite("presence_penalty", &mtp::SamplingOptions::presence_penalty)
         .def_readwrite("penalty_last_n", &mtp::SamplingOptions::penalty_last_n)
-        .def_readwrite("grammar", &mtp::SamplingOptions::grammar);
+        .def_readwrite("grammar", &mtp::SamplingOptions::grammar)
+        .def_readwrite("chat", &mtp::SamplingOptions::chat);
 
     py::class_<mtp::GenerateOptions>(m, "GenerateOptions")
         .def(py::init<>())

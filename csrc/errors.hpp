@@ -19,6 +19,9 @@ enum class ErrorKind {
     Timeout,          // generation exceeded its timeout
     Cancelled,        // cancel() was called
     Decode,           // llama.cpp failed while decoding
+    ChatTemplate,     // a chat template does not parse or fails to render
+    ToolSchema,       // a tool's parameters schema cannot become a grammar
+    ChatParse,        // model output does not parse in the template's chat format
 };
 
 struct Error : std::runtime_error {

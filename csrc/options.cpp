@@ -128,6 +128,34 @@ void validate(const GenerateOptions & g, int32_t session_longest_draft) {
 // default model (benchmarks/flash_attention.py): off is 1.09-1.50x faster for
 // plain decoding and 1.14-1.77x for MTP n_draft=2 at 128-512 tokens.
 // A quantized V cache needs flash attention, so it keeps it.
+namespace {
+
+// As llama-server sets up a chat request's sampler (tools/server/server-schema.cpp).
+void apply_chat_grammar(const ChatGrammar & chat, const llama_vocab * vocab, common_params_sampling & sp) {
+    sp.grammar_lazy = chat.lazy && !sp.grammar.empty();
+    for (const auto & word : chat.trigger_words) {
+        sp.grammar_triggers.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_WORD, word});
+    }
+    for (const auto & pattern : chat.trigger_patterns) {
+        sp.grammar_triggers.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN, pattern});
+    }
+    for (const auto & text : chat.preserved_tokens) {
+        const auto ids = common_tokenize(vocab, text, false, true);
+        if (ids.size() == 1) {
+            sp.preserved_tokens.insert(ids[0]);
+        }
+    }
+    sp.generation_prompt = chat.generation_prompt;
+    if (sp.grammar_lazy && !chat.thinking_start.empty() && !chat.thinking_end.empty()) {
+        sp.reasoning_budget_start = common_tokenize(vocab, chat.thinking_start, false, true);
+        for (const auto & tag : chat.thinking_end) {
+            sp.reasoning_budget_end.push_back(common_tokenize(vocab, tag, false, true));
+        }
+    }
+}
+
+}  // namespace
+
 llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {
     if (o.flash_attn) {
         return *o.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -138,7 +166,7 @@ llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {
     return LLAMA_FLASH_ATTN_TYPE_AUTO;
 }
 
-common_params_sampling to_common_params(const SamplingOptions & s) {
+common_params_sampling to_common_params(const SamplingOptions & s, const llama_vocab * vocab) {
     common_params_sampling sp;
     sp.temp = s.temp;
     sp.top_k = s.top_k;
@@ -151,7 +179,10 @@ common_params_sampling to_common_params(const SamplingOptions & s) {
     sp.penalty_last_n = s.penalty_last_n;
     sp.no_perf = true;
     if (s.grammar && !s.grammar->empty()) {
-        sp.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, *s.grammar);
+        sp.grammar = common_grammar(s.chat ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER, *s.grammar);
+    }
+    if (s.chat) {
+        apply_chat_grammar(*s.chat, vocab, sp);
     }
     return sp;
 }

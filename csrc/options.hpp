@@ -33,6 +33,19 @@ struct ContextOptions {
     bool fuse_catch_up = true;               // MtpDrafter where it applies, else common_speculative
 };
 
+// The chat layer's tool-call grammar (chat.hpp): which text starts a lazy
+// grammar, the special tokens its output is written with, and the generation
+// prompt the template already wrote (fed to the grammar and reasoning tracker first).
+struct ChatGrammar {
+    bool lazy = false;
+    std::vector<std::string> trigger_words;
+    std::vector<std::string> trigger_patterns;
+    std::vector<std::string> preserved_tokens;
+    std::string generation_prompt;
+    std::string thinking_start;             // with thinking_end: no tool call starts inside reasoning
+    std::vector<std::string> thinking_end;
+};
+
 struct SamplingOptions {
     float temp = 0.8f;
     int32_t top_k = 40;
@@ -44,6 +57,7 @@ struct SamplingOptions {
     float presence_penalty = 0.0f;
     int32_t penalty_last_n = 64;
     std::optional<std::string> grammar;  // GBNF
+    std::optional<ChatGrammar> chat;     // set when `grammar` comes from the chat layer
 };
 
 struct GenerateOptions {
@@ -66,7 +80,8 @@ void validate(const GenerateOptions & g, int32_t session_longest_draft);
 int32_t cache_type(const std::optional<std::string> & name, const char * option);
 // "auto" is llama.cpp's choice except on CPU-only builds (see options.cpp).
 llama_flash_attn_type resolve_flash_attn(const ContextOptions & o);
-common_params_sampling to_common_params(const SamplingOptions & s);
+// `vocab` tokenizes a chat grammar's preserved tokens and reasoning tags.
+common_params_sampling to_common_params(const SamplingOptions & s, const llama_vocab * vocab = nullptr);
 // llama.cpp context parameters for `o` (sizes, threads, attention, caches); the
 // caller adds what is its own (abort callback, recurrent-state snapshots).
 llama_context_params to_context_params(const ContextOptions & o);

@@ -220,7 +220,8 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
 
         const bool has_grammar = g.sampling.grammar && !g.sampling.grammar->empty();
         clear_log();
-        common_params_sampling sampling = to_common_params(g.sampling);
+        common_params_sampling sampling = to_common_params(g.sampling, target_->vocab());
+        preserved_tokens_ = sampling.preserved_tokens;
         try {
             sampler_.reset(common_sampler_init(target_->get(), sampling));
         } catch (const std::exception & e) {
@@ -590,7 +591,8 @@ void Session::commit_tokens(const std::vector<llama_token> & ids, StepResult & o
             return;
         }
         bool stopped = false;
-        std::string text = text_.push(common_token_to_piece(ctx_tgt_.get(), id, false), stopped);
+        const bool special = preserved_tokens_.count(id) > 0;  // chat markup the parser reads
+        std::string text = text_.push(common_token_to_piece(ctx_tgt_.get(), id, special), stopped);
         out.tokens.push_back({id, std::move(text)});
         ++produced_;
         if (stopped) {

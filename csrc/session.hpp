@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,7 @@ private:
     int64_t t_begin_us_ = 0;
     bool first_token_seen_ = false;
     TextAssembler text_;
+    std::set<llama_token> preserved_tokens_;  // emitted as text (a chat grammar's markup)
 
     DraftController controller_;  // outlives calls: what it learns persists
 

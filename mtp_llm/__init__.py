@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 from .errors import (
+    ChatParseError,
+    ChatTemplateError,
     ContextOverflowError,
     DecodeError,
     GenerationCancelledError,
@@ -21,6 +23,7 @@ from .errors import (
     ModelLoadError,
     MTPError,
     SessionBusyError,
+    ToolSchemaError,
 )
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import MTP_ARCHITECTURES, Model
@@ -34,6 +37,8 @@ __all__ = [
     "MTP",
     "MTP_ARCHITECTURES",
     "STATS_KEY",
+    "ChatParseError",
+    "ChatTemplateError",
     "ContextOverflowError",
     "DecodeError",
     "DoneEvent",
@@ -58,4 +63,5 @@ __all__ = [
     "StatsEvent",
     "TimingUs",
     "TokenEvent",
+    "ToolSchemaError",
 ]

@@ -81,6 +81,49 @@ class ContextOptions:
     fuse_catch_up: bool
     def __init__(self) -> None: ...
 
+class ChatGrammar:
+    """Filled from mtp_llm.options.ChatGrammar (all fields but the grammar text)."""
+
+    lazy: bool
+    trigger_words: list[str]
+    trigger_patterns: list[str]
+    preserved_tokens: list[str]
+    generation_prompt: str
+    thinking_start: str
+    thinking_end: list[str]
+    def __init__(self) -> None: ...
+
+class ChatPrompt:
+    @property
+    def prompt(self) -> str: ...
+    format: str
+    grammar: str
+    grammar_lazy: bool
+    trigger_words: list[str]
+    trigger_patterns: list[str]
+    preserved_tokens: list[str]
+    additional_stops: list[str]
+    generation_prompt: str
+    supports_thinking: bool
+    thinking_start: str
+    thinking_end: list[str]
+
+class ChatTemplates:
+    def __init__(self, model: Model, chat_template: str = "") -> None: ...
+    def apply(self, messages_json: str, tools_json: str = "", tool_choice: str = "auto",
+              parallel_tool_calls: bool = False, enable_thinking: bool = True, extract_reasoning: bool = True,
+              add_generation_prompt: bool = True) -> ChatPrompt: ...
+    @property
+    def caps(self) -> dict[str, bool]: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+
+class ChatParser:
+    def __init__(self, prompt: ChatPrompt) -> None: ...
+    def parse(self, text: str, partial: bool = False) -> tuple[str, str, list[tuple[str, str, str]]]: ...
+
 class SamplingOptions:
     temp: float
     top_k: int
@@ -92,6 +135,7 @@ class SamplingOptions:
     presence_penalty: float
     penalty_last_n: int
     grammar: str | None
+    chat: ChatGrammar | None
     def __init__(self) -> None: ...
 
 class GenerateOptions:

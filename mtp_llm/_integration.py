@@ -3,22 +3,20 @@
 Both frameworks need the same things from the engine: a lazily loaded session
 shared between instances with the same settings, per-call options merged over
 instance defaults (stop sequences included), chat prompts rendered with the
-GGUF's template, tool calls produced under a JSON-schema grammar, and the stats
-payload. They live here once; the framework modules only adapt types.
+GGUF's template, and the stats payload. They live here once (chat turns, tools
+and their parsing in :mod:`mtp_llm.chat`); the framework modules only adapt types.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _core
+from .chat import DEFAULT_CHAT_TEMPLATE, chat_format
 from .errors import InvalidOptionError
 from .model import Model
 from .options import GenerationOptions, SessionOptions, normalize_stop
@@ -31,20 +29,14 @@ __all__ = [
     "OPTION_ATTRIBUTES",
     "STATS_KEY",
     "EngineSpec",
-    "ToolSpec",
     "call_options",
     "chat_prompt",
     "display_name",
-    "format_tool_call",
     "get_model",
     "get_session",
-    "parse_tool_output",
-    "partial_tool_response",
     "resolve_chat_template",
     "resolve_model_path",
     "stats_payload",
-    "tool_call_grammar",
-    "tools_system_prompt",
 ]
 
 
@@ -212,15 +204,9 @@ def call_options(
 
 
 def chat_prompt(model: Model, messages: Sequence[tuple[str, str]], chat_template: str | None = None) -> str:
-    """Render ``(role, content)`` messages with the user's template, else the GGUF's own."""
-    return model.apply_chat_template(list(messages), add_generation_prompt=True, chat_template=chat_template)
-
-
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""ChatML, used for models whose GGUF carries no chat template (and no user template is given)."""
+    """Render ``(role, content)`` messages with the user's template, else the GGUF's own
+    (through llama.cpp's chat layer, as every chat call is)."""
+    return chat_format(model, chat_template).render([{"role": r, "content": c} for r, c in messages])
 
 
 def resolve_chat_template(model: Model, chat_template: str | None = None) -> str:
@@ -231,146 +217,3 @@ def resolve_chat_template(model: Model, chat_template: str | None = None) -> str
 def stats_payload(stats: MTPStats) -> dict[str, Any]:
     """The per-call stats as published by every integration under :data:`STATS_KEY`."""
     return stats.to_dict()
-
-
-# ------------------------------------------------------------------ tools --
-
-
-@dataclasses.dataclass(frozen=True)
-class ToolSpec:
-    """A callable tool as the model sees it: name, description, JSON schema of its arguments."""
-
-    name: str
-    description: str
-    parameters: Mapping[str, Any]
-
-
-def tools_system_prompt(tools: Sequence[ToolSpec]) -> str:
-    """Text that tells the model which tools exist and the JSON shape of a call."""
-    listing = json.dumps(
-        [{"name": t.name, "description": t.description, "parameters": dict(t.parameters)} for t in tools]
-    )
-    return (
-        "You can call these tools. To call one, answer with JSON "
-        '{"name": <tool name>, "arguments": {...}}; to answer directly, use {"response": "<text>"}.\n'
-        f"Tools: {listing}"
-    )
-
-
-def tool_call_grammar(tools: Sequence[ToolSpec], tool_choice: str | None = "auto") -> str:
-    """A GBNF grammar whose every output parses as a tool call (or, for ``auto``,
-    a direct ``{"response": ...}`` answer).
-
-    ``tool_choice``: "auto" (call or answer), "any"/"required" (some tool),
-    "none" (answer only) or a tool name (that tool).
-    """
-    if not tools:
-        raise InvalidOptionError("tool calling needs at least one tool")
-    names = [t.name for t in tools]
-    choice = tool_choice or "auto"
-    if choice in ("any", "required"):
-        allowed = list(tools)
-    elif choice in ("auto", "none"):
-        allowed = [] if choice == "none" else list(tools)
-    elif choice in names:
-        allowed = [t for t in tools if t.name == choice]
-    else:
-        raise InvalidOptionError(f"tool_choice must be 'auto', 'any', 'none' or one of {names} (got {tool_choice!r})")
-    variants: list[dict[str, Any]] = [
-        {
-            "type": "object",
-            "properties": {"name": {"const": t.name}, "arguments": _object_schema(t.parameters)},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for t in allowed
-    ]
-    if choice in ("auto", "none"):
-        variants.append(
-            {
-                "type": "object",
-                "properties": {"response": {"type": "string"}},
-                "required": ["response"],
-                "additionalProperties": False,
-            }
-        )
-    return json_schema_grammar(variants[0] if len(variants) == 1 else {"oneOf": variants})
-
-
-def json_schema_grammar(schema: Mapping[str, Any]) -> str:
-    """A GBNF grammar for JSON documents matching ``schema``, with compact whitespace."""
-    return _compact(_core.json_schema_grammar(json.dumps(dict(schema))))
-
-
-def parse_tool_output(text: str) -> tuple[str, list[dict[str, Any]]]:
-    """Split grammar-constrained output into ``(content, tool_calls)``.
-
-    A tool call is ``{"name", "arguments"}``; a direct answer is ``{"response"}``.
-    """
-    data = json.loads(text)
-    if "response" in data:
-        return str(data["response"]), []
-    return "", [{"name": data["name"], "arguments": data.get("arguments") or {}}]
-
-
-_SPACE_RULE = re.compile(r"^space ::= .*$", re.MULTILINE)
-
-
-def _compact(grammar: str) -> str:
-    """Allow at most one space between JSON tokens. llama.cpp's schema grammars also
-    allow newlines and indentation, which small models fill until max_tokens runs out."""
-    return _SPACE_RULE.sub('space ::= " "?', grammar)
-
-
-def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    schema = dict(parameters) if parameters else {}
-    schema.setdefault("type", "object")
-    if "properties" not in schema:
-        schema["properties"] = {}
-    return schema
-
-
-# ------------------------------------------- tool transcripts and streaming --
-
-
-def format_tool_call(name: str, arguments: Mapping[str, Any]) -> str:
-    """A past tool call as the model writes it under :func:`tool_call_grammar`
-    (for rendering an assistant's earlier tool calls back into a chat prompt)."""
-    return json.dumps({"name": name, "arguments": dict(arguments)})
-
-
-def partial_tool_response(text: str) -> str | None:
-    """The decoded answer so far when ``text`` is (a prefix of) a direct answer
-    ``{"response": "..."}`` produced under :func:`tool_call_grammar`; None when
-    it is (or may still become) a tool call.
-
-    Lets integrations stream a direct answer token by token while tool calls
-    stay hidden until they parse, and salvage an answer cut off by max_tokens.
-    """
-    match = _RESPONSE_OPENING.match(text)
-    if match is None:
-        return None
-    body = text[match.end() :]
-    i, safe = 0, 0
-    while i < len(body):
-        ch = body[i]
-        if ch == '"':
-            break
-        if ch == "\\":
-            width = 6 if body[i + 1 : i + 2] == "u" else 2
-            if i + width > len(body):
-                break
-            i += width
-        else:
-            i += 1
-        safe = i
-    try:
-        decoded = json.loads('"' + body[:safe] + '"')
-    except ValueError:
-        return None
-    if decoded and "\ud800" <= decoded[-1] <= "\udbff":
-        decoded = decoded[:-1]  # half of a surrogate pair: wait for the other half
-    return str(decoded)
-
-
-_RESPONSE_OPENING = re.compile(r'\s*\{\s*"response"\s*:\s*"')

@@ -120,9 +120,26 @@ def cmd_info(args: argparse.Namespace) -> int:
         "has_mtp_graph": model.has_mtp_graph,
         "chat_template": model.chat_template is not None,
         "draft_model": str(sidecar) if sidecar is not None else None,
+        "tool_calls": _tool_path(model),
     }
     print(json.dumps(info, indent=2))
     return 0
+
+
+def _tool_path(model: object) -> str:
+    """How chat calls with tools run on this model (see mtp_llm.chat)."""
+    from .chat import chat_format
+    from .errors import MTPError
+    from .model import Model
+
+    assert isinstance(model, Model)
+    try:
+        fmt = chat_format(model)
+    except MTPError as exc:
+        return f"unavailable ({exc})"
+    if fmt.tool_path == "native":
+        return "native (the model's own format, through llama.cpp's chat layer)"
+    return "json (the template has no tool-call format: tools in the system prompt, JSON calls)"
 
 
 def cmd_make_test_models(args: argparse.Namespace) -> int:

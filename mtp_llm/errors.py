@@ -36,6 +36,19 @@ class InvalidOptionError(MTPError, ValueError):
     """An option value is out of range or of the wrong type."""
 
 
+class ChatTemplateError(MTPError, ValueError):
+    """A chat template does not parse, or fails to render the messages and tools
+    (the message names the template)."""
+
+
+class ToolSchemaError(InvalidOptionError):
+    """A tool's parameters schema cannot be turned into a grammar (the message names the tool)."""
+
+
+class ChatParseError(MTPError, ValueError):
+    """The model's output does not parse in its chat template's format."""
+
+
 class GrammarError(MTPError, ValueError):
     """The GBNF grammar does not parse."""
 
@@ -57,6 +70,8 @@ class DecodeError(MTPError, RuntimeError):
 
 
 __all__ = [
+    "ChatParseError",
+    "ChatTemplateError",
     "ContextOverflowError",
     "DecodeError",
     "GenerationCancelledError",
@@ -69,4 +84,5 @@ __all__ = [
     "MissingMTPHeadError",
     "ModelLoadError",
     "SessionBusyError",
+    "ToolSchemaError",
 ]

@@ -40,10 +40,7 @@ Tool calling:
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import threading
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -82,23 +79,15 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ._integration import (
     EngineSpec,
-    ToolSpec,
     call_options,
-    chat_prompt,
-    format_tool_call,
     get_model,
     display_name,
     get_session,
-    parse_tool_output,
-    partial_tool_response,
-    resolve_chat_template,
     resolve_model_path,
     stats_payload,
-    tool_call_grammar,
-    tools_system_prompt,
 )
+from .chat import ChatDelta, ChatTurn, chat_format, normalize_tool_choice
 from ._langchain_runs import Targeter, areport, report, run_target, stream_target, streaming_config
-from .errors import InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
 from .options import DraftLength, GenerationOptions
@@ -109,7 +98,7 @@ __all__ = ["MTPLLM", "STATS_KEY", "ChatMTP", "MTPEmbeddings", "MTPStatsHandler"]
 
 _PROVIDER = "mtp_llm"
 # Keyword arguments LangChain passes through to the model that are not generation options.
-_LC_KWARGS = ("tools", "tool_choice", "ls_structured_output_format", "stream", "parallel_tool_calls")
+_LC_KWARGS = ("tools", "tool_choice", "ls_structured_output_format", "stream", "parallel_tool_calls", "enable_thinking")
 _session_lock = threading.Lock()
 
 
@@ -458,95 +447,54 @@ def _llm_result(per_prompt: list[list[GenerationChunk]]) -> LLMResult:
 # ----------------------------------------------------------------- ChatMTP --
 
 
-def _message_pairs(messages: Sequence[BaseMessage]) -> list[tuple[str, str]]:
-    pairs: list[tuple[str, str]] = []
+def _openai_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """LangChain messages as OpenAI chat messages (what the chat layer renders)."""
+    out: list[dict[str, Any]] = []
     for message in messages:
         text = message.text if isinstance(message.text, str) else str(message.content)
         if isinstance(message, SystemMessage):
-            pairs.append(("system", text))
+            out.append({"role": "system", "content": text})
         elif isinstance(message, HumanMessage):
-            pairs.append(("user", text))
+            out.append({"role": "user", "content": text})
         elif isinstance(message, AIMessage):
-            calls = [format_tool_call(c["name"], c["args"]) for c in message.tool_calls]
-            pairs.append(("assistant", "\n".join([text, *calls]).strip() if calls else text))
+            entry: dict[str, Any] = {"role": "assistant", "content": text}
+            if message.tool_calls:
+                entry["tool_calls"] = [
+                    {"id": c.get("id") or "", "type": "function", "function": {"name": c["name"], "arguments": c["args"]}}
+                    for c in message.tool_calls
+                ]
+            reasoning = message.additional_kwargs.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                entry["reasoning_content"] = reasoning
+            out.append(entry)
         elif isinstance(message, ToolMessage):
-            pairs.append(("tool", text))
+            out.append({"role": "tool", "content": text, "tool_call_id": message.tool_call_id, "name": message.name or ""})
         elif isinstance(message, ChatMessage):
-            pairs.append((message.role, text))
+            out.append({"role": message.role, "content": text})
         else:
-            pairs.append(("user", text))
-    return pairs
+            out.append({"role": "user", "content": text})
+    return out
 
 
-def _tool_specs(tools: Sequence[Mapping[str, Any]]) -> list[ToolSpec]:
-    specs = []
-    for tool in tools:
-        fn = tool.get("function", tool)
-        specs.append(ToolSpec(fn["name"], fn.get("description", ""), fn.get("parameters") or {}))
-    return specs
-
-
-def _normalize_tool_choice(tool_choice: Any, specs: Sequence[ToolSpec]) -> str:
-    """LangChain's tool_choice forms -> "auto" | "any" | "none" | a tool name."""
-    if tool_choice is None or tool_choice == "auto":
-        return "auto"
-    if tool_choice is True or tool_choice in ("any", "required"):
-        return "any"
-    if tool_choice is False or tool_choice == "none":
-        return "none"
-    if isinstance(tool_choice, Mapping):
-        name = (tool_choice.get("function") or {}).get("name") or tool_choice.get("name")
-        if isinstance(name, str):
-            return name
-    if isinstance(tool_choice, str) and tool_choice in {s.name for s in specs}:
-        return tool_choice
-    raise InvalidOptionError(
-        f"tool_choice must be 'auto', 'any', 'none' or one of {[s.name for s in specs]} (got {tool_choice!r})"
-    )
+def _tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [str(t.get("function", t).get("name")) for t in tools]
 
 
 class _ChatChunker(_Chunker):
-    """Chat chunks. With tools bound, a direct answer streams as it decodes and a tool
-    call arrives whole on the final chunk, where the raw output is parsed."""
+    """Chat chunks from a :class:`~mtp_llm.chat.ChatTurn`: content and reasoning stream as
+    they parse, tool calls as ``tool_call_chunks``."""
 
-    def __init__(self, model_name: str, tools: bool) -> None:
+    def __init__(self, model_name: str, turn: ChatTurn) -> None:
         self.model_name = model_name
-        self.tools = tools
-        self.raw: list[str] = []
-        self.sent = 0
+        self.turn = turn
 
     def token(self, event: TokenEvent) -> ChatGenerationChunk:
-        if not self.tools:
-            return ChatGenerationChunk(message=AIMessageChunk(content=event.text))
-        self.raw.append(event.text)
-        answer = partial_tool_response("".join(self.raw))
-        delta = ""
-        if answer is not None and len(answer) > self.sent:
-            delta, self.sent = answer[self.sent :], len(answer)
-        return ChatGenerationChunk(message=AIMessageChunk(content=delta))
+        return ChatGenerationChunk(message=_message_chunk(self.turn.feed(event.text)))
 
     def done(self, event: DoneEvent) -> ChatGenerationChunk:
         stats = event.stats
-        content = ""
-        calls: list[ToolCallChunk] = []
-        if self.tools:
-            text = "".join(self.raw)
-            try:
-                answer, parsed = parse_tool_output(text)
-            except (ValueError, KeyError, TypeError):
-                # Cut off (max_tokens) before the JSON closed: salvage a direct answer, else
-                # return the raw output as content (finish_reason "length" says why).
-                parsed = []
-                partial = partial_tool_response(text)
-                answer, self.sent = (partial, self.sent) if partial is not None else (text, 0)
-            content = answer[self.sent :]  # the streamed part of a direct answer is a prefix of it
-            calls = [
-                tool_call_chunk(name=c["name"], args=json.dumps(c["arguments"]), id=_call_id(), index=i)
-                for i, c in enumerate(parsed)
-            ]
-        message = AIMessageChunk(
-            content=content,
-            tool_call_chunks=calls,
+        message = _message_chunk(
+            self.turn.finish(event.finish_reason).delta,
             usage_metadata={
                 "input_tokens": stats.prompt_tokens,
                 "output_tokens": stats.tokens_emitted,
@@ -558,8 +506,12 @@ class _ChatChunker(_Chunker):
         return ChatGenerationChunk(message=message, generation_info=info)
 
 
-def _call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
+def _message_chunk(delta: ChatDelta, **fields: Any) -> AIMessageChunk:
+    calls: list[ToolCallChunk] = [
+        tool_call_chunk(name=c.name, args=c.arguments, id=c.id, index=c.index) for c in delta.tool_calls
+    ]
+    extra = {"reasoning_content": delta.reasoning} if delta.reasoning else {}
+    return AIMessageChunk(content=delta.content, additional_kwargs=extra, tool_call_chunks=calls, **fields)
 
 
 class ChatMTP(_MTPParams, BaseChatModel):
@@ -599,15 +551,19 @@ class ChatMTP(_MTPParams, BaseChatModel):
         chat.with_structured_output(Answer).invoke("...")
         ```
 
-    Messages are rendered with ``chat_template``, else the GGUF's own template,
-    else ChatML. Tool calls and structured output are produced under a GBNF
-    grammar generated from the tools' JSON schemas, so they always parse (unless
-    cut off by ``max_tokens``: then the raw output is the content and
-    ``finish_reason`` is ``"length"``).
+    Messages, tools, tool calls and reasoning go through llama.cpp's chat layer in
+    the model's own format (``chat_template``, else the GGUF's template, else
+    ChatML): calls are generated under the format's tool-call grammar and parsed
+    into ``tool_calls`` (``tool_call_chunks`` while streaming), reasoning into
+    ``additional_kwargs["reasoning_content"]``. Templates without a tool-call format
+    use JSON calls under a grammar built from the tools' schemas (see
+    :mod:`mtp_llm.chat`).
     """
 
     chat_template: str | None = None
     """Jinja chat template overriding the GGUF's (ChatML when the GGUF has none)."""
+    enable_thinking: bool = True
+    """Let reasoning models think (for templates with a switch); a call may pass its own."""
     streaming: bool = False
     """Let ``invoke`` run through the streaming path (tokens reach callbacks either way)."""
 
@@ -635,30 +591,22 @@ class ChatMTP(_MTPParams, BaseChatModel):
             The model bound to the tools.
         """
         formatted = [convert_to_openai_tool(t) for t in tools]
-        _normalize_tool_choice(tool_choice, _tool_specs(formatted))  # fail early on a bad choice
+        normalize_tool_choice(tool_choice, _tool_names(formatted))  # fail early on a bad choice
         return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> tuple[str, GenerationOptions, _ChatChunker]:
         session = self.client
-        pairs = _message_pairs(messages)
-        options = self._call_options(stop, kwargs)
         tools = kwargs.get("tools") or []
-        use_tools = False
-        if tools:
-            specs = _tool_specs(tools)
-            choice = _normalize_tool_choice(kwargs.get("tool_choice"), specs)
-            if choice != "none":
-                use_tools = True
-                options = dataclasses.replace(options, grammar=tool_call_grammar(specs, choice))
-                instructions = tools_system_prompt(specs)
-                if pairs and pairs[0][0] == "system":
-                    pairs[0] = ("system", f"{pairs[0][1]}\n\n{instructions}")
-                else:
-                    pairs.insert(0, ("system", instructions))
-        prompt = chat_prompt(session.model, pairs, resolve_chat_template(session.model, self.chat_template))
-        return prompt, options, _ChatChunker(self._display_name(), use_tools)
+        turn = chat_format(session.model, self.chat_template).turn(
+            _openai_messages(messages),
+            tools=tools,
+            tool_choice=normalize_tool_choice(kwargs.get("tool_choice"), _tool_names(tools)),
+            parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", False)),
+            enable_thinking=bool(kwargs.get("enable_thinking", self.enable_thinking)),
+        )
+        return turn.prompt, turn.options(self._call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn)
 
     def stream(
         self,

@@ -28,7 +28,6 @@ Every call publishes its speculative-decoding stats under
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -44,6 +43,8 @@ from llama_index.core.base.llms.types import (
     CompletionResponseGen,
     LLMMetadata,
     MessageRole,
+    TextBlock,
+    ThinkingBlock,
 )
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
@@ -56,22 +57,15 @@ from llama_index.core.tools.types import BaseTool
 from llama_index_instrumentation.base import BaseEvent
 
 from ._integration import (
-    DEFAULT_CHAT_TEMPLATE,
     EngineSpec,
-    ToolSpec,
     call_options,
-    chat_prompt,
-    format_tool_call,
     get_model,
     display_name,
     get_session,
-    parse_tool_output,
-    partial_tool_response,
     resolve_model_path,
     stats_payload,
-    tool_call_grammar,
-    tools_system_prompt,
 )
+from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, chat_format, normalize_tool_choice
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
 from .options import DraftLength, GenerationOptions
@@ -114,9 +108,10 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
 
     Chat goes through the GGUF's chat template (``chat_template`` overrides it;
     for a model without one, a custom ``messages_to_prompt`` if given, else
-    ChatML; ``metadata.is_chat_model`` is True only with a real template). Tool
-    calls are generated under a JSON-schema grammar, so they always parse; the
-    class implements ``FunctionCallingLLM`` and works with ``FunctionAgent``.
+    ChatML; ``metadata.is_chat_model`` is True only with a real template). Tools,
+    tool calls and reasoning go through llama.cpp's chat layer in the model's own
+    format (:mod:`mtp_llm.chat`); the class implements ``FunctionCallingLLM`` and
+    works with ``FunctionAgent``.
 
     Per-call keyword options: ``max_tokens``, ``stop``, ``temperature``/``temp``,
     ``top_k``, ``top_p``, ``min_p``, ``seed``, ``repeat_penalty``,
@@ -166,6 +161,9 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
     use_mmap: bool = Field(default=True, description="Memory-map the model file.")
     chat_template: str | None = Field(default=None, description="Jinja chat template overriding the GGUF's.")
+    enable_thinking: bool = Field(
+        default=True, description="Let reasoning models think (templates with a switch); a call may pass its own."
+    )
 
     # generation defaults (None = the engine's default)
     max_tokens: int = Field(default=256, gt=0, description="Maximum new tokens per call.")
@@ -218,30 +216,30 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     def _completion_call(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> _Call:
         if not formatted and self.completion_to_prompt is not None:
             prompt = self.completion_to_prompt(prompt)
-        return _Call(self, prompt, call_options(self, kwargs), tools=None)
+        return _Call(self, prompt, call_options(self, kwargs), turn=None)
 
     def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call:
         kwargs = dict(kwargs)
-        tools = [_tool_spec(t) for t in kwargs.pop("tools", None) or []]
-        tool_choice = _tool_choice_name(kwargs.pop("tool_choice", None))
-        kwargs.pop("allow_parallel_tool_calls", None)
-        pairs = [_message_pair(m) for m in messages]
-        if tools:
-            instructions = tools_system_prompt(tools)
-            if pairs and pairs[0][0] == "system":
-                pairs[0] = ("system", f"{pairs[0][1]}\n\n{instructions}")
-            else:
-                pairs.insert(0, ("system", instructions))
-            kwargs["grammar"] = tool_call_grammar(tools, tool_choice)
+        tools = [_openai_tool(t) for t in kwargs.pop("tools", None) or []]
+        tool_choice = kwargs.pop("tool_choice", None)
+        parallel = bool(kwargs.pop("allow_parallel_tool_calls", False))
+        enable_thinking = bool(kwargs.pop("enable_thinking", self.enable_thinking))
         template = self._template()
-        if template is None and self.messages_to_prompt is not generic_messages_to_prompt:
+        options = call_options(self, kwargs)
+        if template is None and self.messages_to_prompt is not generic_messages_to_prompt and not tools:
             # No chat template anywhere, but the user gave LlamaIndex's own formatter.
             formatter = self.messages_to_prompt
             assert formatter is not None
-            prompt = formatter([ChatMessage(role=role, content=text) for role, text in pairs])
-        else:
-            prompt = chat_prompt(self.session.model, pairs, template or DEFAULT_CHAT_TEMPLATE)
-        return _Call(self, prompt, call_options(self, kwargs), tools=tools or None)
+            return _Call(self, formatter(list(messages)), options, turn=None)
+        names = [t["function"]["name"] for t in tools]
+        turn = chat_format(self.session.model, template or DEFAULT_CHAT_TEMPLATE).turn(
+            [_openai_message(m) for m in messages],
+            tools=tools,
+            tool_choice=normalize_tool_choice(tool_choice, names),
+            parallel_tool_calls=parallel,
+            enable_thinking=enable_thinking,
+        )
+        return _Call(self, turn.prompt, turn.options(options), turn=turn)
 
     # ---------------------------------------------------------- completion --
 
@@ -355,23 +353,24 @@ class _Call:
 
     Built when the LLM method is called (inside its instrumentation span), so the
     span id and the validated options are fixed before any streaming starts. The
-    sync and async paths differ only in how they pull engine events.
+    sync and async paths differ only in how they pull engine events. A chat call
+    parses its output through a :class:`~mtp_llm.chat.ChatTurn`.
     """
 
-    def __init__(self, llm: MTPLLM, prompt: str, options: GenerationOptions, tools: list[ToolSpec] | None) -> None:
+    def __init__(self, llm: MTPLLM, prompt: str, options: GenerationOptions, turn: ChatTurn | None) -> None:
         self.session = llm.session
         self.prompt = prompt
         self.options = options
-        self.tools = tools
+        self.turn = turn
         self.model_name = display_name(llm.model_path, llm.repo_id, llm.filename)
         self.span_id = active_span_id.get()
-        self.raw = ""
-        """The model's text (JSON under tool calling)."""
         self.text = ""
-        """What the caller sees: the raw text, or the direct answer under tool calling."""
+        """The answer's text so far (the content, for a chat turn)."""
+        self.thinking = ""
+        self.thinking_delta = ""
         self.final_delta = ""
-        """Delta of the final response: the rest of a direct answer parsed at the end."""
-        self.tool_calls: list[dict[str, Any]] = []
+        """Delta of the final response: what the final parse added."""
+        self.reply: ChatReply | None = None
         self.stats: MTPStats | None = None
         self.finish_reason: str | None = None
 
@@ -379,50 +378,45 @@ class _Call:
         """Run the generation, yielding each non-empty text delta."""
         for event in self.session.stream_events(self.prompt, options=self.options):
             delta = self._feed(event)
-            if delta:
+            if delta is not None:
                 yield delta
 
     async def arun(self) -> AsyncIterator[str]:
         """:meth:`run` on :meth:`MTP.astream_events`: the event loop stays free."""
         async for event in self.session.astream_events(self.prompt, options=self.options):
             delta = self._feed(event)
-            if delta:
+            if delta is not None:
                 yield delta
 
     def _feed(self, event: Event) -> str | None:
+        """The text delta of a token event (None when the token added nothing visible)."""
         kind = type(event)
         if kind is TokenEvent:
             assert isinstance(event, TokenEvent)
             if not event.text:
                 return None
-            self.raw += event.text
-            if self.tools is None:
-                self.text = self.raw
+            if self.turn is None:
+                self.text += event.text
                 return event.text
-            visible = partial_tool_response(self.raw) or ""
-            delta, self.text = visible[len(self.text) :], visible
-            return delta
+            delta = self.turn.feed(event.text)
+            self.text += delta.content
+            self.thinking += delta.reasoning
+            self.thinking_delta = delta.reasoning
+            return delta.content if delta.content or delta.reasoning else None
         if kind is StatsEvent:
             assert isinstance(event, StatsEvent)
             self._dispatch(event.stats, final=False)
         elif kind is DoneEvent:
             assert isinstance(event, DoneEvent)
             self.stats, self.finish_reason = event.stats, event.finish_reason
-            if self.tools is not None:
-                self._finish_tool_output()
+            if self.turn is not None:
+                finish = self.turn.finish(event.finish_reason)
+                self.reply = finish.reply
+                self.final_delta = finish.delta.content
+                self.thinking_delta = finish.delta.reasoning
+                self.text, self.thinking = finish.reply.content, finish.reply.reasoning
             self._dispatch(event.stats, final=True)
         return None
-
-    def _finish_tool_output(self) -> None:
-        try:
-            content, calls = parse_tool_output(self.raw)
-        except (ValueError, KeyError, TypeError):
-            # Cut off (max_tokens, stop, timeout) before the JSON closed.
-            partial = partial_tool_response(self.raw)
-            content, calls = (partial if partial is not None else self.raw), []
-        self.tool_calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", **c} for c in calls]
-        self.final_delta = content.removeprefix(self.text)
-        self.text = content
 
     def _dispatch(self, stats: MTPStats, *, final: bool) -> None:
         dispatcher.event(
@@ -444,14 +438,21 @@ class _Call:
             return CompletionResponse(text=self.text, delta=delta)
         return CompletionResponse(text=self.text, delta=self.final_delta, additional_kwargs=self._final_kwargs())
 
+    def _message(self, extra: dict[str, Any]) -> ChatMessage:
+        blocks: list[Any] = [ThinkingBlock(content=self.thinking)] if self.thinking else []
+        blocks.append(TextBlock(text=self.text))
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs=extra)
+
     def chat_response(self, delta: str = "", *, final: bool = False) -> ChatResponse:
+        thinking = {"thinking_delta": self.thinking_delta} if self.thinking_delta else {}
         if not final:
-            return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=self.text), delta=delta)
-        extra = {_TOOL_CALLS: self.tool_calls} if self.tool_calls else {}
+            return ChatResponse(message=self._message({}), delta=delta, additional_kwargs=thinking)
+        calls = self.reply.tool_calls if self.reply is not None else ()
+        extra = {_TOOL_CALLS: [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]} if calls else {}
         return ChatResponse(
-            message=ChatMessage(role=MessageRole.ASSISTANT, content=self.text, additional_kwargs=extra),
+            message=self._message(extra),
             delta=self.final_delta,
-            additional_kwargs=self._final_kwargs(),
+            additional_kwargs={**self._final_kwargs(), **thinking},
         )
 
 
@@ -508,26 +509,27 @@ class MTPEmbedding(BaseEmbedding):
 # ------------------------------------------------------------------ helpers --
 
 
-def _message_pair(message: ChatMessage) -> tuple[str, str]:
-    """A LlamaIndex message as ``(role, text)``; earlier tool calls are written
-    back in the JSON form the model produces them in."""
+def _openai_message(message: ChatMessage) -> dict[str, Any]:
+    """A LlamaIndex message as an OpenAI chat message (what the chat layer renders)."""
     role = str(message.role.value if isinstance(message.role, MessageRole) else message.role)
     role = _ROLES.get(role, role)
+    text = "".join(b.text for b in message.blocks if isinstance(b, TextBlock))
+    out: dict[str, Any] = {"role": role, "content": text}
     calls = message.additional_kwargs.get(_TOOL_CALLS)
     if role == "assistant" and calls:
-        return role, "\n".join(format_tool_call(c["name"], c["arguments"]) for c in calls)
-    return role, message.content or ""
+        out["tool_calls"] = [
+            {"id": c.get("id", ""), "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in calls
+        ]
+    thinking = "".join(b.content or "" for b in message.blocks if isinstance(b, ThinkingBlock))
+    if role == "assistant" and thinking:
+        out["reasoning_content"] = thinking
+    if role == "tool" and message.additional_kwargs.get("tool_call_id"):
+        out["tool_call_id"] = str(message.additional_kwargs["tool_call_id"])
+    return out
 
 
-def _tool_spec(tool: BaseTool | ToolSpec) -> ToolSpec:
-    if isinstance(tool, ToolSpec):
-        return tool
-    meta = tool.metadata
-    return ToolSpec(name=meta.get_name(), description=meta.description, parameters=meta.get_parameters_dict())
-
-
-def _tool_choice_name(choice: str | dict[str, Any] | None) -> str | None:
-    """Accept "auto"/"required"/"none"/a tool name, or OpenAI's {"function": {"name": ...}}."""
-    if isinstance(choice, dict):
-        return str(choice.get("function", {}).get("name") or choice.get("name") or "required")
-    return choice
+def _openai_tool(tool: BaseTool | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(tool, dict):
+        return tool if "function" in tool else {"type": "function", "function": tool}
+    return tool.metadata.to_openai_tool()

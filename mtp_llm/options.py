@@ -107,6 +107,38 @@ class SessionOptions:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ChatGrammar:
+    """A tool-call grammar from llama.cpp's chat layer (see :mod:`mtp_llm.chat`), passed as
+    :attr:`GenerationOptions.grammar`: unlike a plain GBNF string it can be lazy (it
+    constrains the output from the first trigger on, so the model may answer in
+    text), and it says which special tokens the output is written with."""
+
+    grammar: str = ""
+    """GBNF; "" = no constraint (the other fields still apply)."""
+    lazy: bool = False
+    """Constrain only from the first trigger word or pattern on."""
+    trigger_words: tuple[str, ...] = ()
+    trigger_patterns: tuple[str, ...] = ()
+    """Regular expressions; the grammar starts at the first capture group."""
+    preserved_tokens: tuple[str, ...] = ()
+    """Special tokens emitted as text (the chat markup the parser reads)."""
+    generation_prompt: str = ""
+    """What the template wrote after the last turn; the grammar starts after it."""
+    thinking_start: str = ""
+    thinking_end: tuple[str, ...] = ()
+    """Reasoning tags: no tool call is triggered inside reasoning."""
+
+    def to_native(self) -> _core.ChatGrammar:
+        """The engine's ``ChatGrammar`` (all fields but ``grammar``, which is the sampling grammar)."""
+        native = _core.ChatGrammar()
+        for field in dataclasses.fields(self):
+            if field.name != "grammar":
+                value = getattr(self, field.name)
+                setattr(native, field.name, list(value) if isinstance(value, tuple) else value)
+        return native
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GenerationOptions:
     """Options of one generation call (the sampler defaults are llama.cpp's)."""
 
@@ -136,8 +168,8 @@ class GenerationOptions:
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     penalty_last_n: int = 64
-    grammar: str | None = None
-    """A GBNF grammar that constrains the output."""
+    grammar: str | ChatGrammar | None = None
+    """A GBNF grammar that constrains the output, or a chat layer's tool-call grammar."""
     n_draft: DraftLength | None = None
     """Draft length for this call: None = the session's; an integer up to the
     session's longest draft (0 = plain decoding); "auto"."""
@@ -153,7 +185,7 @@ class GenerationOptions:
             raise InvalidOptionError(f"timeout must be a positive number of seconds or None (got {self.timeout})")
         if not 0 <= self.seed <= 0xFFFFFFFF:
             raise InvalidOptionError("seed must be in [0, 2**32 - 1]")
-        if self.grammar is not None and not self.grammar.strip():
+        if isinstance(self.grammar, str) and not self.grammar.strip():
             raise InvalidOptionError("grammar must not be empty (pass None for no grammar)")
 
     @classmethod
@@ -174,7 +206,11 @@ class GenerationOptions:
         sampling = native.sampling
         for field in dataclasses.fields(self):
             if field.name not in self.PYTHON_ONLY:
-                setattr(sampling if field.name in self.SAMPLING else native, field.name, getattr(self, field.name))
+                value = getattr(self, field.name)
+                if isinstance(value, ChatGrammar):
+                    sampling.chat = value.to_native()
+                    value = value.grammar or None
+                setattr(sampling if field.name in self.SAMPLING else native, field.name, value)
         return native
 
 
@@ -218,7 +254,7 @@ def _coerce(name: str, value: Any) -> Any:
             raise InvalidOptionError(f"{name} must not be NaN")
         return value
     if name == "grammar":
-        if not isinstance(value, str):
+        if not isinstance(value, (str, ChatGrammar)):
             raise InvalidOptionError(f"grammar must be a GBNF string (got {type(value).__name__})")
         return value
     return value

@@ -274,7 +274,7 @@ def test_print_stats_prints_upstream_line(capfd, accept100_model: Model) -> None
 def test_json_schema_grammar_output_always_parses(random_session: MTP) -> None:
     import json
 
-    from mtp_llm._integration import json_schema_grammar
+    from mtp_llm.chat import json_schema_grammar
 
     schema = {"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["n", "ok"]}
     grammar = json_schema_grammar(schema)

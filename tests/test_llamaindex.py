@@ -474,8 +474,7 @@ async def test_function_agent_calls_python_tool(tiny_paths: dict[str, Path], rec
         ('{"response": "done"}', "done"),
     ],
 )
-def test_partial_tool_response_streams_only_the_answer(text: str, visible: str | None) -> None:
-    from mtp_llm._integration import format_tool_call, parse_tool_output, partial_tool_response
+def test_json_path_streams_only_the_answer(text: str, visible: str | None) -> None:
+    from mtp_llm.chat import _partial_response
 
-    assert partial_tool_response(text) == visible
-    assert parse_tool_output(format_tool_call("add", {"a": 1})) == ("", [{"name": "add", "arguments": {"a": 1}}])
+    assert _partial_response(text) == visible

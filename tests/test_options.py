@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from mtp_llm import GenerationOptions, InvalidOptionError, SessionOptions, _core
+from mtp_llm.options import ChatGrammar
 
 
 def _native_fields(cls: type) -> set[str]:
@@ -20,9 +21,17 @@ def test_session_options_match_native_context_options() -> None:
 
 def test_generation_options_match_native_generate_options() -> None:
     python = {f.name for f in dataclasses.fields(GenerationOptions)} - GenerationOptions.PYTHON_ONLY
-    native = (_native_fields(_core.GenerateOptions) - {"sampling"}) | _native_fields(_core.SamplingOptions)
+    # `chat` is the rest of a grammar given as a ChatGrammar (the chat layer's tool-call grammar).
+    sampling = _native_fields(_core.SamplingOptions) - {"chat"}
+    native = (_native_fields(_core.GenerateOptions) - {"sampling"}) | sampling
     assert python == native
-    assert GenerationOptions.SAMPLING == _native_fields(_core.SamplingOptions)
+    assert GenerationOptions.SAMPLING == sampling
+    chat = ChatGrammar(grammar='root ::= "a"', lazy=True, trigger_words=("<tool_call>",), thinking_end=("</think>",))
+    native_chat = GenerationOptions(grammar=chat).to_native().sampling
+    assert native_chat.grammar == 'root ::= "a"'
+    assert (native_chat.chat.lazy, native_chat.chat.trigger_words, native_chat.chat.thinking_end) == (
+        True, ["<tool_call>"], ["</think>"])
+    assert {f.name for f in dataclasses.fields(ChatGrammar)} - {"grammar"} == _native_fields(_core.ChatGrammar)
 
 
 def test_to_native_copies_every_value_by_name() -> None:

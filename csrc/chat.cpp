@@ -1,0 +1,226 @@
+#include "chat.hpp"
+
+#include <algorithm>
+#include <regex>
+
+#include "errors.hpp"
+#include "json-schema-to-grammar.h"
+#include "runtime.hpp"
+
+namespace mtp {
+
+namespace {
+
+// An exception's message on one line, cut to a readable length.
+std::string one_line(const std::string & s) {
+    std::string line = s;
+    std::replace(line.begin(), line.end(), '\n', ' ');
+    return line.size() > 400 ? line.substr(0, 400) + "..." : line;
+}
+
+common_json parse_json(const std::string & text, const char * what) {
+    try {
+        return common_json::parse(text);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::InvalidOption, std::string(what) + " is not valid JSON: " + e.what());
+    }
+}
+
+// Each tool's parameters must convert to a grammar: checked one by one, so the
+// error names the tool (the chat layer converts them all at once).
+std::vector<common_chat_tool> parse_tools(const std::string & tools_json) {
+    if (tools_json.empty()) {
+        return {};
+    }
+    const common_json tools = parse_json(tools_json, "tools");
+    std::vector<common_chat_tool> out;
+    try {
+        out = common_chat_tools_parse_oaicompat(tools);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::InvalidOption, one_line(e.what()));
+    }
+    for (const auto & tool : out) {
+        if (tool.name.empty()) {
+            fail(ErrorKind::ToolSchema, "a tool has an empty name");
+        }
+        try {
+            const common_json params = common_json::parse(tool.parameters.empty() ? "{}" : tool.parameters);
+            json_schema_to_grammar(common_chat_tool_parameters(common_json{{"parameters", params}}));
+        } catch (const std::exception & e) {
+            fail(ErrorKind::ToolSchema, "tool '" + tool.name + "': its parameters schema cannot be turned into a "
+                                        "grammar: " + one_line(e.what()));
+        }
+    }
+    return out;
+}
+
+// A forced call (tool_choice "required" or a tool's name) is the answer: the chat
+// layer's grammar lets free text precede the call (the root's `until-N` rule right
+// before the tool-call rule), which is dropped here. Reasoning, where the format
+// has it, still comes first. Roots of another shape are left as they are.
+std::string force_call(const std::string & grammar) {
+    static const std::regex content_before_call(R"(\buntil-\d+\??(\s+(?:space\s+)?[\w-]*tool-call))");
+    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
+    if (start == std::string::npos) {
+        return grammar;
+    }
+    start += start == 0 ? 0 : 1;
+    const size_t end = std::min(grammar.find('\n', start), grammar.size());
+    const std::string root = std::regex_replace(grammar.substr(start, end - start), content_before_call, "$1");
+    return grammar.substr(0, start) + root + grammar.substr(end);
+}
+
+}  // namespace
+
+ChatTemplates::ChatTemplates(std::shared_ptr<Model> model, const std::string & override_template)
+    : model_(std::move(model)) {
+    label_ = override_template.empty() ? "the chat template of '" + model_->path() + "'"
+                                       : "the chat_template given for '" + model_->path() + "'";
+    if (override_template.empty() && model_->chat_template().empty()) {
+        fail(ErrorKind::ChatTemplate, "'" + model_->path() + "' has no chat template: pass chat_template='...' "
+                                      "(a Jinja template)");
+    }
+    clear_log();
+    try {
+        tmpls_ = common_chat_templates_init(model_->get(), override_template);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::ChatTemplate, with_log(label_ + " does not parse: " + one_line(e.what())));
+    }
+    if (!tmpls_) {
+        fail(ErrorKind::ChatTemplate, with_log(label_ + " could not be loaded"));
+    }
+}
+
+std::string ChatTemplates::source() const {
+    return common_chat_templates_source(tmpls_.get());
+}
+
+std::vector<std::pair<std::string, bool>> ChatTemplates::caps() const {
+    const auto m = common_chat_templates_get_caps(tmpls_.get());
+    return {m.begin(), m.end()};
+}
+
+common_chat_params ChatTemplates::render(const ChatRequest & request, const std::vector<common_chat_tool> & tools,
+                                         common_chat_tool_choice choice) const {
+    common_chat_templates_inputs inputs;
+    const common_json messages = parse_json(request.messages_json, "messages");
+    try {
+        inputs.messages = common_chat_msgs_parse_oaicompat(messages);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::InvalidPrompt, one_line(e.what()));
+    }
+    inputs.tools = tools;
+    inputs.tool_choice = choice;
+    inputs.parallel_tool_calls = request.parallel_tool_calls;
+    inputs.enable_thinking = request.enable_thinking;
+    inputs.reasoning_format = request.extract_reasoning ? COMMON_REASONING_FORMAT_AUTO : COMMON_REASONING_FORMAT_NONE;
+    inputs.add_generation_prompt = request.add_generation_prompt;
+    inputs.use_jinja = true;
+    clear_log();
+    try {
+        return common_chat_templates_apply(tmpls_.get(), inputs);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::ChatTemplate, label_ + " failed to render " + (tools.empty() ? "the messages" : "the messages "
+                                      "and tools") + ": " + one_line(e.what()));
+    }
+}
+
+ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
+    std::vector<common_chat_tool> tools = parse_tools(request.tools_json);
+    common_chat_tool_choice choice = COMMON_CHAT_TOOL_CHOICE_AUTO;
+    std::vector<common_chat_tool> forced;  // a named tool_choice: the grammar allows that tool only
+    if (request.tool_choice == "required") {
+        choice = COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+    } else if (request.tool_choice == "none") {
+        choice = COMMON_CHAT_TOOL_CHOICE_NONE;
+    } else if (request.tool_choice != "auto") {
+        auto it = std::find_if(tools.begin(), tools.end(), [&](const auto & t) { return t.name == request.tool_choice; });
+        if (it == tools.end()) {
+            std::string names;
+            for (const auto & t : tools) names += (names.empty() ? "'" : ", '") + t.name + "'";
+            fail(ErrorKind::InvalidOption, "tool_choice names the tool '" + request.tool_choice +
+                                               "', which is not among the tools given (" +
+                                               (names.empty() ? std::string("none") : names) + ")");
+        }
+        forced = {*it};
+        choice = COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+    }
+    if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED && tools.empty()) {
+        fail(ErrorKind::InvalidOption, "tool_choice '" + request.tool_choice + "' needs at least one tool");
+    }
+
+    common_chat_params params = render(request, tools, choice);
+    if (!forced.empty()) {
+        // The prompt lists every tool; generation and parsing allow the named one only.
+        common_chat_params narrowed = render(request, forced, choice);
+        narrowed.prompt = std::move(params.prompt);
+        params = std::move(narrowed);
+    }
+
+    ChatPrompt out;
+    out.prompt = std::move(params.prompt);
+    out.format = common_chat_format_name(params.format);
+    out.grammar = choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED ? force_call(params.grammar) : std::move(params.grammar);
+    out.grammar_lazy = params.grammar_lazy;
+    for (const auto & t : params.grammar_triggers) {
+        if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD) {
+            out.trigger_words.push_back(t.value);
+        } else if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN) {
+            out.trigger_patterns.push_back(t.value);
+        } else if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL) {
+            const std::string & p = t.value;
+            out.trigger_patterns.push_back((p.empty() || p.front() != '^' ? "^" : "") + p +
+                                           (p.empty() || p.back() != '$' ? "$" : ""));
+        } else {
+            out.trigger_words.push_back(t.value);  // a token trigger: its text
+        }
+    }
+    out.preserved_tokens = std::move(params.preserved_tokens);
+    out.additional_stops = std::move(params.additional_stops);
+    out.generation_prompt = std::move(params.generation_prompt);
+    out.supports_thinking = params.supports_thinking;
+    out.thinking_start = std::move(params.thinking_start_tag);
+    out.thinking_end = std::move(params.thinking_end_tags);
+    out.parser = std::move(params.parser);
+    out.extract_reasoning = request.extract_reasoning;
+    return out;
+}
+
+ChatParser::ChatParser(const ChatPrompt & prompt) {
+    common_chat_params cp;
+    cp.generation_prompt = prompt.generation_prompt;
+    params_ = common_chat_parser_params(cp);
+    for (int f = 0; f < COMMON_CHAT_FORMAT_COUNT; ++f) {
+        if (prompt.format == common_chat_format_name((common_chat_format) f)) {
+            params_.format = (common_chat_format) f;
+        }
+    }
+    params_.reasoning_format = prompt.extract_reasoning ? COMMON_REASONING_FORMAT_AUTO : COMMON_REASONING_FORMAT_NONE;
+    params_.parse_tool_calls = true;
+    if (!prompt.parser.empty()) {
+        try {
+            params_.parser.load(prompt.parser);
+        } catch (const std::exception & e) {
+            fail(ErrorKind::ChatTemplate, std::string("the chat layer's output parser does not load: ") + e.what());
+        }
+    }
+}
+
+ChatMessage ChatParser::parse(const std::string & text, bool partial) const {
+    common_chat_msg msg;
+    try {
+        msg = common_chat_parse(text, partial, params_);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::ChatParse, std::string("the output does not parse in the template's format (") +
+                                       common_chat_format_name(params_.format) + "): " + one_line(e.what()));
+    }
+    ChatMessage out;
+    out.content = std::move(msg.content);
+    out.reasoning_content = std::move(msg.reasoning_content);
+    for (auto & tc : msg.tool_calls) {
+        out.tool_calls.push_back({std::move(tc.name), std::move(tc.arguments), std::move(tc.id)});
+    }
+    return out;
+}
+
+}  // namespace mtp

@@ -1,0 +1,229 @@
+"""Every chat template in the pinned llama.cpp tree (``models/templates/``, read at test time),
+carried by a tiny random-weight model: rendered, generated and parsed through llama.cpp's
+chat layer (:mod:`mtp_llm.chat`), with MTP drafting on.
+
+Templates the chat layer has a tool-call format for take the native path; the others the
+JSON path. The tool has one integer enum argument: a random model completes it in every
+format (a string value is free text in the tagged formats).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mtp_llm import MTP, GenerationOptions, Model
+from mtp_llm.chat import ChatFormat, ChatTurn, ToolCallDelta, chat_format
+from mtp_llm.gguf.common import tiny_vocab
+from mtp_llm.gguf.hyv3 import write_hy_v3
+from mtp_llm.gguf.tiny_models import TINY_CONFIG, _named, _random_tensors
+
+from conftest import MODELS_DIR, THREADS
+
+
+def _llama_cpp_tree() -> Path:
+    if os.environ.get("MTP_LLM_LLAMA_CPP_DIR"):
+        return Path(os.environ["MTP_LLM_LLAMA_CPP_DIR"])
+    spec = importlib.util.spec_from_file_location("fetch", Path(__file__).parents[1] / "cmake" / "fetch_llama_cpp.py")
+    assert spec is not None and spec.loader is not None
+    fetch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch)
+    return Path(fetch.default_cache_dir()) / f"llama.cpp-{fetch.SDIST_VERSION}-{fetch.SDIST_SHA256[:12]}"
+
+
+TEMPLATE_DIR = _llama_cpp_tree() / "models" / "templates"
+TEMPLATES = sorted(p.stem for p in TEMPLATE_DIR.glob("*.jinja"))
+
+# Templates the chat layer has no tool-call format for: they take the JSON path.
+JSON_PATH = {
+    "HuggingFaceTB-SmolLM3-3B",
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
+    "google-gemma-2-2b-it",
+    "ibm-granite-granite-3.3-2B-Instruct",
+    "llama-cpp-rwkv-world",
+    "microsoft-Phi-3.5-mini-instruct",
+}
+
+_THINKS = "the random model opens the format's free reasoning section and writes in it until max_tokens"
+_FREE = "the random model writes in a free-text part of the call ({}) until max_tokens"
+_UPSTREAM = "the chat layer's grammar allows {} that its parser rejects, and the random model writes it"
+# Forced calls a random-weight model cannot finish in these formats (a trained model writes them).
+WANDERS = {
+    "Apriel-1.6-15b-Thinker-fixed": _THINKS,
+    "Cohere2MoE": _THINKS,
+    "Kimi-K2-Instruct": _THINKS,
+    "Kimi-K2-Thinking": _THINKS,
+    "moonshotai-Kimi-K2": _THINKS,
+    "LFM2.5-8B-A1B": _THINKS,
+    "MiniMax-M2": _THINKS,
+    "NVIDIA-Nemotron-Nano-v2": _THINKS,
+    "StepFun3.5-Flash": _THINKS,
+    "llama-cpp-deepseek-r1": _THINKS,
+    "Kimi-K3": _FREE.format("the response section"),
+    "muse-glimmer": _FREE.format("the recipient"),
+    "openai-gpt-oss-120b": _FREE.format("the channel name"),
+    "Mistral-Small-3.2-24B-Instruct-2506": _FREE.format("the call id"),
+    "LFM2-8B-A1B": _FREE.format("the repeated argument list"),
+    "LFM2.5-Instruct": _FREE.format("the argument's digits"),
+    "google-gemma-4-31B-it": _FREE.format("the argument key"),
+    "google-gemma-4-31B-it-interleaved": _FREE.format("the argument key"),
+    "openbmb-MiniCPM5-1B": _FREE.format("the parameter value"),
+    "GLM-4.6": _UPSTREAM.format("a space before the tool name"),
+    "GLM-4.7-Flash": _UPSTREAM.format("a space before the tool name"),
+    "Spark2.5": _UPSTREAM.format("a space before the tool name"),
+}
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather forecast of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"days": {"type": "integer", "enum": [2, 5], "description": "forecast length"}},
+            "required": ["days"],
+        },
+    },
+}
+OTHER_TOOL = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "Local time", "parameters": {"type": "object", "properties": {}}},
+}
+QUESTION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def template_models() -> dict[str, Path]:
+    out = MODELS_DIR / "templates"
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = _random_tensors(TINY_CONFIG, seed=1234)
+    paths = {}
+    for name in TEMPLATES:
+        path = out / f"{name}.gguf"
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            chat_template = (TEMPLATE_DIR / f"{name}.jinja").read_text()
+            write_hy_v3(tmp, _named(TINY_CONFIG, "random"), tensors, tiny_vocab(), chat_template=chat_template)
+            tmp.replace(path)
+        paths[name] = path
+    return paths
+
+
+def _format(paths: dict[str, Path], name: str) -> ChatFormat:
+    return chat_format(Model.load(paths[name]))
+
+
+def _generate(fmt: ChatFormat, turn: ChatTurn, max_tokens: int = 400) -> tuple[list[ToolCallDelta], str, object]:
+    session = MTP(fmt.model, n_draft=3, n_ctx=8192, n_threads=THREADS)
+    deltas: list[ToolCallDelta] = []
+    reason = "length"
+    for event in session.stream_events(turn.prompt, options=turn.options(GenerationOptions(temp=0, max_tokens=max_tokens))):
+        if type(event).__name__ == "TokenEvent":
+            deltas += turn.feed(event.text).tool_calls  # type: ignore[attr-defined]
+        elif type(event).__name__ == "DoneEvent":
+            reason = event.finish_reason  # type: ignore[attr-defined]
+    finish = turn.finish(reason)
+    deltas += finish.delta.tool_calls
+    return deltas, reason, finish.reply
+
+
+def test_the_tree_has_templates() -> None:
+    assert len(TEMPLATES) >= 60, TEMPLATE_DIR
+    assert JSON_PATH <= set(TEMPLATES) and set(WANDERS) <= set(TEMPLATES)
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_tool_path(template_models: dict[str, Path], name: str) -> None:
+    assert _format(template_models, name).tool_path == ("json" if name in JSON_PATH else "native")
+
+
+NATIVE = [n for n in TEMPLATES if n not in JSON_PATH]
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_tools_and_results_render_in_the_template(template_models: dict[str, Path], name: str) -> None:
+    fmt = _format(template_models, name)
+    turn = fmt.turn(QUESTION, tools=[TOOL, OTHER_TOOL], tool_choice="auto")
+    assert "get_weather" in turn.prompt and "get_time" in turn.prompt and "Weather in Paris?" in turn.prompt
+    assert "forecast length" in turn.prompt  # the schema too
+    call = {"id": "abc123XYZ", "type": "function", "function": {"name": "get_weather", "arguments": '{"days": 5}'}}
+    history = [
+        *QUESTION,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "name": "get_weather", "content": "sunny-42"},
+    ]
+    rendered = fmt.turn(history, tools=[TOOL]).prompt
+    assert "sunny-42" in rendered
+
+
+# Formats whose reasoning is not "<start>text<end>" right after the generation prompt.
+OTHER_REASONING = {
+    "LFM2-8B-A1B": "reasoning is parsed only when the template thinks by default",
+    "LFM2.5-Instruct": "reasoning is parsed only when the template thinks by default",
+    "tencent-Hy3": "the generation prompt closes the reasoning section",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.xfail(reason=OTHER_REASONING[n], strict=True)) if n in OTHER_REASONING else n
+     for n in NATIVE],
+)
+def test_reasoning_is_split_where_the_format_has_it(template_models: dict[str, Path], name: str) -> None:
+    turn = _format(template_models, name).turn(QUESTION, tools=[TOOL], enable_thinking=True)
+    grammar = turn.grammar  # type: ignore[attr-defined]
+    if not turn.supports_thinking or not grammar.thinking_end:
+        pytest.skip("the format has no reasoning section")
+    opened = grammar.thinking_start and grammar.thinking_start in grammar.generation_prompt
+    text = ("" if opened else grammar.thinking_start) + "plan" + grammar.thinking_end[0] + "answer"
+    streamed = [turn.feed(piece) for piece in text]
+    reply = turn.finish("eog").reply
+    assert reply.reasoning.strip().endswith("plan") and "plan" not in reply.content
+    assert "".join(d.reasoning for d in streamed) == reply.reasoning[: len("".join(d.reasoning for d in streamed))]
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xfail(reason=WANDERS[n], strict=True)) if n in WANDERS else n for n in TEMPLATES]
+)
+def test_forced_call_is_generated_streamed_and_parsed(template_models: dict[str, Path], name: str) -> None:
+    fmt = _format(template_models, name)
+    turn = fmt.turn(QUESTION, tools=[TOOL, OTHER_TOOL], tool_choice="get_weather", enable_thinking=False)
+    deltas, reason, reply = _generate(fmt, turn)
+    calls = reply.tool_calls  # type: ignore[attr-defined]
+    assert calls and calls[0].name == "get_weather" and calls[0].arguments["days"] in (2, 5), (reason, calls)
+    joined: dict[int, dict[str, str]] = {}
+    for d in deltas:
+        entry = joined.setdefault(d.index, {"id": d.id or "", "name": d.name or "", "arguments": ""})
+        entry["arguments"] += d.arguments
+    assert [(e["id"], e["name"], json.loads(e["arguments"])) for e in joined.values()] == [
+        (c.id, c.name, c.arguments) for c in calls
+    ]
+
+
+def test_bad_input_raises_an_mtp_error_naming_the_tool_or_template(template_models: dict[str, Path]) -> None:
+    from mtp_llm import ChatTemplateError, InvalidOptionError, ToolSchemaError
+
+    model = Model.load(template_models["Qwen3.5-4B"])
+    fmt = chat_format(model)
+    broken = {"type": "function", "function": {"name": "broken", "parameters": {"properties": {"a": {"$ref": "#/x"}}}}}
+    with pytest.raises(ToolSchemaError, match="tool 'broken'"):
+        fmt.turn(QUESTION, tools=[TOOL, broken])
+    with pytest.raises(InvalidOptionError, match="'get_rain', which is not among the tools given \\('get_weather'\\)"):
+        fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_rain")
+    failing = "{% for m in messages %}{{ raise_exception('no such role') }}{% endfor %}"
+    with pytest.raises(ChatTemplateError, match="the chat_template given for .*Qwen3.5-4B.gguf' failed to render"):
+        ChatFormat(model, failing).turn(QUESTION, tools=[TOOL])
+    with pytest.raises(ChatTemplateError, match="does not parse"):
+        ChatFormat(model, "{% for m in messages %")
+
+
+def test_info_prints_the_tool_path(template_models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    from mtp_llm.cli import main
+
+    for name, path in [("Qwen3.5-4B", "native"), ("google-gemma-2-2b-it", "json")]:
+        assert main(["info", "--model", str(template_models[name])]) == 0
+        assert json.loads(capsys.readouterr().out)["tool_calls"].startswith(path)
