@@ -217,6 +217,7 @@ PYBIND11_MODULE(_core, m) {
         .def("choose", &mtp::DraftController::choose, py::arg("limit"))
         .def("observe", &mtp::DraftController::observe, py::arg("drafted"), py::arg("accepted"), py::arg("us"),
              py::arg("head_us"), py::arg("resumed") = false)
+        .def("interrupt", &mtp::DraftController::interrupt)
         .def("estimates", [](const mtp::DraftController & self) { return estimates_to_dict(self.estimates()); });
 
     // Option structs with named fields: mtp_llm.options fills them by field name.

@@ -15,7 +15,7 @@ constexpr double kPlainDecay = 0.99;       // ...and after each token decoded wi
 constexpr double kPriorAccepted = 0.5;     // prior acceptance, worth one observation
 constexpr int32_t kProbeMin = 32;          // plain tokens before the first probe
 constexpr int32_t kProbeMax = 1024;        // longest interval between probes
-constexpr int32_t kProbeIterations = 3;    // drafting iterations per probe
+constexpr int32_t kBurstIterations = 3;    // iterations of each probe or try of another length
 constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of one draft more
 
 }  // namespace
@@ -75,47 +75,52 @@ int32_t DraftController::best_measured(int32_t limit, double & rate) const {
     return best;
 }
 
+int32_t DraftController::start_burst(int32_t k, int32_t iterations, bool probe) {
+    burst_length_ = k;
+    burst_left_ = iterations - 1;
+    burst_is_probe_ = probe;
+    return k;
+}
+
 int32_t DraftController::decide(int32_t limit) {
     if (limit <= 0 || !measured(0)) {
         return 0;
     }
+    if (burst_left_ > 0) {
+        --burst_left_;
+        return std::min(burst_length_, limit);
+    }
     double best_rate = 0.0;
     const int32_t best = best_measured(limit, best_rate);
+    if (burst_is_probe_) {
+        burst_is_probe_ = false;
+        probe_interval_ = best == 0 ? std::min(2 * probe_interval_, kProbeMax) : kProbeMin;
+    }
     for (int32_t k = 1; k <= limit; ++k) {
         if (!measured(k) && expected_tokens(k, true) / cost(k) > best_rate) {
-            return k;
+            return start_burst(k, kBurstIterations, false);
         }
-    }
-    if (probing_) {
-        if (probe_left_ > 0) {
-            --probe_left_;
-            return std::min(probe_length_, limit);
-        }
-        probing_ = false;
-        probe_interval_ = best == 0 ? std::min(2 * probe_interval_, kProbeMax) : kProbeMin;
     }
     if (best == 0) {
         if (plain_run_ < probe_interval_) {
             return 0;
         }
         // The most promising drafting length, if only acceptance has gone up.
-        probe_length_ = 1;
+        int32_t probe = 1;
         double rate = 0.0;
         for (int32_t k = 1; k <= limit; ++k) {
             const double r = expected_tokens(k, false) / cost(k);
             if (r > rate) {
                 rate = r;
-                probe_length_ = k;
+                probe = k;
             }
         }
-        probing_ = true;
-        probe_left_ = kProbeIterations - 1;
         plain_run_ = 0;
-        return probe_length_;
+        return start_burst(probe, kBurstIterations, true);
     }
     if (best < limit && ++since_explore_ >= kExploreEvery) {
         since_explore_ = 0;
-        return best + 1;
+        return start_burst(best + 1, kBurstIterations, false);
     }
     return best;
 }
@@ -128,7 +133,12 @@ int32_t DraftController::choose(int32_t limit) {
 
 bool DraftController::expects_plain() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return choice_ == 0 && !probing_;
+    return choice_ == 0 && burst_left_ == 0;
+}
+
+void DraftController::interrupt() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    previous_ = -1;
 }
 
 void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed) {
@@ -146,7 +156,11 @@ void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int
         acc_den_[i] = kObservationDecay * acc_den_[i] + 1.0;
         acc_seen_[i] = true;
     }
-    if (resumed || us <= 0) {
+    // Only an iteration of the same length as the one before measures that length's
+    // steady cost: after a switch the first pass rebuilds its compute graphs.
+    const bool steady = drafted == previous_ && !resumed && us > 0;
+    previous_ = drafted;
+    if (!steady) {
         return;
     }
     // Times only grow when the machine is busy (preemption, page faults): the

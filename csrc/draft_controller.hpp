@@ -12,7 +12,8 @@
 // when an optimistic bound says they could beat the best measured one (a_i = 1 at
 // positions never observed; T grows by at least one head step per draft). When plain
 // decoding wins, short probes at doubling intervals (in tokens) check whether that
-// is still true, so the cost of looking stays a bounded share of the decode.
+// is still true, so the cost of looking stays a bounded share of the decode. T(k) is
+// measured only on iterations that follow one of the same length (steady state).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,8 @@ public:
     // iteration took `us` of which the MTP head `head_us`. `resumed`: the head
     // first caught up on a plain stretch (a switching cost, not a steady one).
     void observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed);
+    // The next iteration does not follow the last observed one (a new call).
+    void interrupt();
 
     ControllerEstimates estimates() const;  // any thread
 
@@ -52,6 +55,7 @@ private:
     double cost(int32_t k) const;  // measured, or a lower bound from the nearest measured shorter length
     int32_t best_measured(int32_t limit, double & rate) const;
     int32_t decide(int32_t limit);
+    int32_t start_burst(int32_t k, int32_t iterations, bool probe);
 
     const int32_t n_max_;
     mutable std::mutex mutex_;
@@ -62,9 +66,12 @@ private:
     double head_step_us_ = 0.0;
     int32_t plain_run_ = 0;       // plain tokens since the last probe or drafting iteration
     int32_t probe_interval_;
-    int32_t probe_left_ = 0;      // iterations left in the current probe
-    int32_t probe_length_ = 0;
-    bool probing_ = false;
+    // A burst: a few iterations at one length (a probe from plain decoding, or a try
+    // of a length not measured lately), so that its steady cost gets measured.
+    int32_t burst_length_ = 0;
+    int32_t burst_left_ = 0;
+    bool burst_is_probe_ = false;
+    int32_t previous_ = -1;       // length of the last observed iteration (-1: none, or a new call)
     int32_t since_explore_ = 0;   // drafting iterations since trying one draft more
     int32_t choice_ = 0;
 };

@@ -246,6 +246,7 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         head_defers_prompt_ = auto_draft_ && controller_.expects_plain();
         head_stale_ = false;
         pending_observation_.reset();
+        controller_.interrupt();
         max_tokens_ = g.max_tokens;
         produced_ = 0;
         text_.reset(g.stop);

@@ -35,7 +35,7 @@ def drive(
 def test_controller_drafts_the_longest_when_every_draft_pays() -> None:
     c = _core.DraftController(4)
     chosen = drive(c, 200, lambda k: 1000 + 150 * k, lambda k, i: k)
-    assert chosen[:3] == [0, 0, 0]  # plain decoding is measured first
+    assert chosen[:4] == [0, 0, 0, 0]  # plain decoding is measured first (steady passes only)
     assert chosen[-100:].count(4) >= 96  # then the longest draft, nearly always
     est = c.estimates()
     assert est["iteration_us"] == pytest.approx([1000, 1150, 1300, 1450, 1600])
@@ -47,8 +47,8 @@ def test_controller_stays_plain_when_drafting_never_pays_and_probes_ever_less_of
     # Every draft rejected: an iteration commits one token at a higher cost.
     chosen = drive(c, 3000, lambda k: 1000 + 600 * k, lambda k, i: 0)
     drafting = [i for i, k in enumerate(chosen) if k]
-    # Exploration (k=1 twice) plus probes of 3 iterations at doubling intervals.
-    assert len(drafting) <= 2 + 3 * 7, drafting
+    # Exploration (a burst at k=1) plus probes of 3 iterations at doubling intervals.
+    assert len(drafting) <= 3 + 3 * 7, drafting
     assert sum(1 for k in chosen if k) / len(chosen) < 0.01
     assert c.estimates()["probe_interval"] == 1024
 
