@@ -1,6 +1,7 @@
 #include "draft_controller.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mtp {
 
@@ -12,6 +13,9 @@ constexpr double kCostWeight = 0.25;       // weight of a new iteration time in 
 constexpr double kOutlier = 2.0;           // a time above this multiple of the average counts as this multiple
 constexpr double kObservationDecay = 0.97; // acceptance evidence: weight left after each observation...
 constexpr double kPlainDecay = 0.99;       // ...and after each token decoded without drafting
+constexpr double kFastDecay = 0.8;         // a short memory beside the long one, to see changes
+constexpr double kChange = 0.4;            // the two differ this much: the text changed, forget the long one
+constexpr double kNewCallWeight = 0.25;    // a new call (new text) keeps this share of the acceptance evidence
 constexpr double kPriorAccepted = 0.5;     // prior acceptance, worth one observation
 constexpr int32_t kProbeMin = 32;          // plain tokens before the first probe
 constexpr int32_t kProbeMax = 1024;        // longest interval between probes
@@ -24,6 +28,8 @@ DraftController::DraftController(int32_t n_max)
     : n_max_(n_max),
       acc_num_((size_t) n_max, kPriorAccepted),
       acc_den_((size_t) n_max, 1.0),
+      fast_num_((size_t) n_max, kPriorAccepted),
+      fast_den_((size_t) n_max, 1.0),
       acc_seen_((size_t) n_max, false),
       cost_us_((size_t) n_max + 1, 0.0),
       cost_n_((size_t) n_max + 1, 0),
@@ -139,6 +145,12 @@ bool DraftController::expects_plain() const {
 void DraftController::interrupt() {
     std::lock_guard<std::mutex> lock(mutex_);
     previous_ = -1;
+    // Costs belong to the machine and stay; acceptance belongs to the text, which a
+    // new call changes: its evidence keeps a share, so the new text soon dominates.
+    for (int32_t i = 0; i < n_max_; ++i) {
+        acc_num_[i] *= kNewCallWeight;
+        acc_den_[i] *= kNewCallWeight;
+    }
 }
 
 void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed) {
@@ -152,8 +164,15 @@ void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int
         }
     }
     for (int32_t i = 0; i < drafted && i <= accepted; ++i) {
-        acc_num_[i] = kObservationDecay * acc_num_[i] + (i < accepted ? 1.0 : 0.0);
+        const double outcome = i < accepted ? 1.0 : 0.0;
+        acc_num_[i] = kObservationDecay * acc_num_[i] + outcome;
         acc_den_[i] = kObservationDecay * acc_den_[i] + 1.0;
+        fast_num_[i] = kFastDecay * fast_num_[i] + outcome;
+        fast_den_[i] = kFastDecay * fast_den_[i] + 1.0;
+        if (std::abs(fast_num_[i] / fast_den_[i] - acc_num_[i] / acc_den_[i]) > kChange) {
+            acc_num_[i] = fast_num_[i];
+            acc_den_[i] = fast_den_[i];
+        }
         acc_seen_[i] = true;
     }
     // Only an iteration of the same length as the one before measures that length's

@@ -8,7 +8,9 @@
 //
 // a_i is the acceptance at draft position i given that the drafts before it were
 // accepted, a decayed average over observations (and over plain tokens, so that
-// evidence goes stale while nothing is drafted). Lengths never measured are tried
+// evidence goes stale while nothing is drafted); a short-memory average beside it
+// replaces it when the two disagree widely (the text changed), and a new call keeps
+// only part of it (a new text). Lengths never measured are tried
 // when an optimistic bound says they could beat the best measured one (a_i = 1 at
 // positions never observed; T grows by at least one head step per draft). When plain
 // decoding wins, short probes at doubling intervals (in tokens) check whether that
@@ -59,7 +61,8 @@ private:
 
     const int32_t n_max_;
     mutable std::mutex mutex_;
-    std::vector<double> acc_num_, acc_den_;  // decayed counts per position
+    std::vector<double> acc_num_, acc_den_;    // decayed counts per position
+    std::vector<double> fast_num_, fast_den_;  // the same with a short memory
     std::vector<bool> acc_seen_;
     std::vector<double> cost_us_;
     std::vector<int32_t> cost_n_;
