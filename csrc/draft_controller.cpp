@@ -9,7 +9,7 @@ namespace {
 
 constexpr int32_t kMinSamples = 2;         // iterations at a length before its time counts as measured
 constexpr int32_t kMinPlainSamples = 3;    // plain iterations measured before anything is drafted
-constexpr double kCostWeight = 0.25;       // weight of a new iteration time in the decayed average
+constexpr double kCostWeight = 0.1;        // weight of a new iteration time in the decayed average
 constexpr double kOutlier = 2.0;           // a time above this multiple of the average counts as this multiple
 constexpr double kObservationDecay = 0.97; // acceptance evidence: weight left after each observation...
 constexpr double kPlainDecay = 0.99;       // ...and after each token decoded without drafting
@@ -20,7 +20,7 @@ constexpr double kPriorAccepted = 0.5;     // prior acceptance, worth one observ
 constexpr int32_t kProbeMin = 32;          // plain tokens before the first probe
 constexpr int32_t kProbeMax = 1024;        // longest interval between probes
 constexpr int32_t kBurstIterations = 3;    // iterations of each probe or try of another length
-constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of one draft more
+constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of a neighbouring length
 
 }  // namespace
 
@@ -124,9 +124,13 @@ int32_t DraftController::decide(int32_t limit) {
         plain_run_ = 0;
         return start_burst(probe, kBurstIterations, true);
     }
-    if (best < limit && ++since_explore_ >= kExploreEvery) {
+    // Lengths not in use are measured again now and then, one step up or down in
+    // turn: costs drift (the context grows, the machine's load changes) and plain
+    // decoding's own time is the baseline of every choice.
+    if (++since_explore_ >= kExploreEvery) {
         since_explore_ = 0;
-        return start_burst(best + 1, kBurstIterations, false);
+        explore_down_ = !explore_down_ || best == limit;
+        return start_burst(explore_down_ ? best - 1 : best + 1, kBurstIterations, false);
     }
     return best;
 }

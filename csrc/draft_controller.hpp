@@ -75,7 +75,8 @@ private:
     int32_t burst_left_ = 0;
     bool burst_is_probe_ = false;
     int32_t previous_ = -1;       // length of the last observed iteration (-1: none, or a new call)
-    int32_t since_explore_ = 0;   // drafting iterations since trying one draft more
+    int32_t since_explore_ = 0;   // drafting iterations since trying a neighbouring length
+    bool explore_down_ = false;   // the last try was one draft fewer
     int32_t choice_ = 0;
 };
 

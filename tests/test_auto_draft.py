@@ -36,7 +36,8 @@ def test_controller_drafts_the_longest_when_every_draft_pays() -> None:
     c = _core.DraftController(4)
     chosen = drive(c, 200, lambda k: 1000 + 150 * k, lambda k, i: k)
     assert chosen[:4] == [0, 0, 0, 0]  # plain decoding is measured first (steady passes only)
-    assert chosen[-100:].count(4) >= 96  # then the longest draft, nearly always
+    # Then the longest draft, but for a burst of 3 at a neighbouring length every 32 iterations.
+    assert chosen[-100:].count(4) >= 85, chosen[-100:]
     est = c.estimates()
     assert est["iteration_us"] == pytest.approx([1000, 1150, 1300, 1450, 1600])
     assert est["acceptance"][0] > 0.99 and est["acceptance"][3] > 0.99
