@@ -1,9 +1,7 @@
 #include "drafter.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <functional>
 
 #include "llama-ext.h"
 
@@ -12,31 +10,6 @@ namespace mtp {
 namespace {
 
 constexpr size_t kResumeWindow = 32;  // rows the head catches up on after a plain stretch
-
-// Probability of the top logit among the top 10, llama.cpp's draft confidence
-// (its draft-mtp sampler is top-k 10 and compares the first candidate to p_min).
-float top_probability(const float * logits, int32_t n_vocab) {
-    constexpr int kTop = 10;
-    float top[kTop];
-    int n = 0;
-    for (int32_t i = 0; i < n_vocab; ++i) {
-        const float l = logits[i];
-        if (n < kTop) {
-            top[n++] = l;
-            std::push_heap(top, top + n, std::greater<float>());
-        } else if (l > top[0]) {
-            std::pop_heap(top, top + n, std::greater<float>());
-            top[n - 1] = l;
-            std::push_heap(top, top + n, std::greater<float>());
-        }
-    }
-    const float max = *std::max_element(top, top + n);
-    float sum = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        sum += std::exp(top[i] - max);
-    }
-    return 1.0f / sum;
-}
 
 }  // namespace
 
@@ -47,6 +20,12 @@ MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, float p_min
       batch_(head),
       window_(std::min(kResumeWindow, (size_t) llama_n_batch(head) - 1)),
       p_min_(p_min) {
+    if (p_min_ > 0.0f) {
+        common_params_sampling sp;  // llama.cpp's draft-mtp sampler: top 10, probabilities among them
+        sp.top_k = 10;
+        sp.samplers = {COMMON_SAMPLER_TYPE_TOP_K};
+        confidence_.reset(common_sampler_init(llama_get_model(head_), sp));
+    }
     // Both contexts expose the hidden state of every row, indexed by batch
     // position. The head's MTP graphs keep all rows in their nextn output, while
     // masked mode copies only the first n_outputs rows: right for llama.cpp's
@@ -69,6 +48,12 @@ void MtpDrafter::reset() {
     h_last_.assign((size_t) n_embd_, 0.0f);
     drafted_from_ = -1;
     cache_dropped_ = false;
+}
+
+float MtpDrafter::draft_probability(int32_t row) {
+    common_sampler_reset(confidence_.get());
+    common_sampler_sample(confidence_.get(), head_, row, true);
+    return common_sampler_get_candidates(confidence_.get(), true)->data[0].p;
 }
 
 void MtpDrafter::keep_last(size_t rows) {
@@ -162,7 +147,7 @@ int32_t MtpDrafter::draft(llama_token id_last, llama_pos pos, int32_t n_max, std
         }
         const float * logits = llama_get_logits_ith(head_, last);
         const llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
-        if (p_min_ > 0.0f && top_probability(logits, n_vocab_) < p_min_) {
+        if (confidence_ && draft_probability(last) < p_min_) {
             break;
         }
         out.push_back(id);

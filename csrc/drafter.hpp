@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common.h"
+#include "sampling.h"
 #include "llama.h"
 
 namespace mtp {
@@ -50,6 +51,7 @@ public:
 private:
     void queue(llama_token token, llama_pos pos, const float * h);
     void keep_last(size_t rows);
+    float draft_probability(int32_t row);  // the drafted token's probability as llama.cpp's driver sees it
 
     // While the target decodes without drafting, the head keeps at most the last
     // `window_` rows to catch up on: a longer plain stretch drops the head's cache
@@ -58,6 +60,7 @@ private:
     size_t window_ = 0;
     bool cache_dropped_ = false;  // rows were dropped: clear the head's cache before the next decode
     float p_min_ = 0.0f;
+    common_sampler_ptr confidence_;  // only with p_min > 0
     llama_context * target_;
     llama_context * head_;
     int32_t n_embd_ = 0;

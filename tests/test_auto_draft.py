@@ -228,3 +228,18 @@ def test_integrations_default_to_auto_and_publish_what_it_did(tiny_paths: dict[s
     llm = MTPLLM(model_path=path, n_threads=THREADS, n_ctx=512, temperature=0, max_tokens=30, n_draft_max=2)
     li_stats = llm.complete("x").additional_kwargs[STATS_KEY]
     assert len(li_stats["draft_length_counts"]) == 3 and li_stats["n_draft"] == 2
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_p_min_cuts_drafts_losslessly(random_model: Model, fuse: bool) -> None:
+    """p_min stops a draft at a token whose probability among the head's top 10 is below
+    it (llama.cpp's draft sampler decides, in both drivers): fewer drafts as it rises, none
+    at 1, and the output stays plain decoding's."""
+    plain_ids = token_ids(make_session(random_model, n_draft=0, n_ctx=1024), PROMPTS[1], max_tokens=120, temp=0)
+    drafted = []
+    for p_min in (0.0, 0.5, 0.9, 1.0):
+        session = make_session(random_model, n_draft=3, p_min=p_min, fuse_catch_up=fuse, n_ctx=1024)
+        assert session.mtp_driver == ("fused" if fuse else "upstream")
+        assert token_ids(session, PROMPTS[1], max_tokens=120, temp=0) == plain_ids
+        drafted.append(session.stats().drafts_generated)
+    assert drafted[0] > drafted[1] > drafted[2] > drafted[3] == 0, drafted
