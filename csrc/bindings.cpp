@@ -235,7 +235,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("type_v", &mtp::ContextOptions::type_v)
         .def_readwrite("offload_kqv", &mtp::ContextOptions::offload_kqv)
         .def_readwrite("rollback", &mtp::ContextOptions::rollback)
-        .def_readwrite("fuse_catch_up", &mtp::ContextOptions::fuse_catch_up);
+        .def_readwrite("fuse_catch_up", &mtp::ContextOptions::fuse_catch_up)
+        .def_readwrite("cache_prompt", &mtp::ContextOptions::cache_prompt);
 
     mtp::register_chat(m);
 
@@ -257,6 +258,7 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init<>())
         .def_readwrite("max_tokens", &mtp::GenerateOptions::max_tokens)
         .def_readwrite("n_draft", &mtp::GenerateOptions::n_draft)
+        .def_readwrite("cache_prompt", &mtp::GenerateOptions::cache_prompt)
         .def_readwrite("timeout", &mtp::GenerateOptions::timeout)
         .def_readwrite("stop", &mtp::GenerateOptions::stop)
         .def_readwrite("sampling", &mtp::GenerateOptions::sampling);

@@ -21,6 +21,7 @@ constexpr int kMaxDraftPositions = 16;
     X(tokens_emitted, Sum, "tokens committed to the output")                                        \
     X(tokens_undrafted, Sum, "tokens committed by passes that drafted nothing (plain decoding)")    \
     X(prompt_tokens, Sum, "prompt tokens")                                                          \
+    X(prompt_tokens_cached, Sum, "prompt tokens reused from the contexts (not processed again)")   \
     X(generations, Sum, "generation calls")                                                         \
     X(t_draft_us, Sum, "MTP head: drafting and catching its KV cache up")                          \
     X(t_verify_us, Sum, "target verify passes")                                                     \

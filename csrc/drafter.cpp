@@ -48,6 +48,34 @@ void MtpDrafter::reset() {
     h_last_.assign((size_t) n_embd_, 0.0f);
     drafted_from_ = -1;
     cache_dropped_ = false;
+    head_from_ = 0;
+}
+
+bool MtpDrafter::keep_prefix(llama_pos n, bool h_valid) {
+    llama_memory_t mem = llama_get_memory(head_);
+    while (!pending_pos_.empty() && pending_pos_.back() >= n) {
+        pending_tokens_.pop_back();
+        pending_pos_.pop_back();
+        pending_h_.resize(pending_h_.size() - n_embd_);
+    }
+    drafted_from_ = -1;
+    head_from_ = n;
+    const llama_pos head_end = cache_dropped_ ? -1 : llama_memory_seq_pos_max(mem, 0) + 1;
+    const bool covered = !cache_dropped_ && llama_memory_seq_pos_min(mem, 0) <= 0 &&
+                         (pending_pos_.empty() ? head_end >= n
+                                               : pending_pos_.front() == head_end && pending_pos_.back() + 1 == n);
+    if (covered && llama_memory_seq_rm(mem, 0, n, -1)) {
+        if (!h_valid) {
+            h_last_.assign((size_t) n_embd_, 0.0f);  // replaced by the re-decoded row n - 1
+        }
+        return true;
+    }
+    llama_memory_seq_rm(mem, 0, -1, -1);
+    pending_tokens_.clear();
+    pending_pos_.clear();
+    pending_h_.clear();
+    cache_dropped_ = false;
+    return false;
 }
 
 float MtpDrafter::draft_probability(int32_t row) {
@@ -91,8 +119,10 @@ void MtpDrafter::defer_prompt(const common_batch & target_batch) {
         cache_dropped_ = true;
     }
     for (int32_t k = first; k < n; ++k) {
-        queue(target_batch.tokens[k].id, target_batch.tokens[k].pos[0],
-              k == 0 ? h_last_.data() : h_target + (size_t) (k - 1) * n_embd_);
+        if (target_batch.tokens[k].pos[0] >= head_from_) {
+            queue(target_batch.tokens[k].id, target_batch.tokens[k].pos[0],
+                  k == 0 ? h_last_.data() : h_target + (size_t) (k - 1) * n_embd_);
+        }
     }
     std::memcpy(h_last_.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
 }
@@ -102,14 +132,34 @@ int32_t MtpDrafter::process_prompt(const common_batch & target_batch) {
     if (n <= 0) {
         return 0;
     }
+    if (cache_dropped_) {
+        llama_memory_seq_rm(llama_get_memory(head_), 0, -1, -1);
+        cache_dropped_ = false;
+    }
+    if (!pending_tokens_.empty()) {  // rows kept from a previous generation: their own decode (batch capacity)
+        batch_.clear();
+        for (size_t i = 0; i < pending_tokens_.size(); ++i) {
+            const int32_t idx = batch_.add(pending_tokens_[i], pending_pos_[i], 0, false);
+            batch_.set_embd(idx, {pending_h_.data() + i * n_embd_, 1, (size_t) n_embd_});
+        }
+        if (const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get()); rc != 0) {
+            return rc;
+        }
+        pending_tokens_.clear();
+        pending_pos_.clear();
+        pending_h_.clear();
+    }
     const float * h_target = llama_get_embeddings_nextn(target_);
     batch_.clear();
     for (int32_t k = 0; k < n; ++k) {
+        if (target_batch.tokens[k].pos[0] < head_from_) {
+            continue;  // the head has this row; its hidden state pairs with the next
+        }
         const int32_t idx = batch_.add(target_batch.tokens[k].id, target_batch.tokens[k].pos[0], 0, false);
         const float * h = k == 0 ? h_last_.data() : h_target + (size_t) (k - 1) * n_embd_;
         batch_.set_embd(idx, {h, 1, (size_t) n_embd_});
     }
-    const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get());
+    const int32_t rc = batch_.size() > 0 ? llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get()) : 0;
     if (rc == 0) {
         std::memcpy(h_last_.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
     }

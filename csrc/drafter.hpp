@@ -30,6 +30,12 @@ public:
 
     // Start of a generation (both caches are empty): the first row pairs with zeros.
     void reset();
+    // A generation that reuses the first `n` positions of the previous one: keep what
+    // the head has (or has queued) of them and drop the rest. False when the head does
+    // not cover them all (its cache was dropped in a plain stretch): then it starts
+    // afresh at position n. `h_valid`: the hidden state kept for the row at n is the
+    // target's at n - 1 (the previous generation ended exactly there).
+    bool keep_prefix(llama_pos n, bool h_valid);
     // Rows the target just decoded (a prompt chunk, positions in order): decoded
     // into the head's cache with the hidden state of each previous row. Returns
     // llama_process's code (0 = ok).
@@ -59,6 +65,7 @@ private:
     // drafting again costs one batched decode of at most window_ rows.
     size_t window_ = 0;
     bool cache_dropped_ = false;  // rows were dropped: clear the head's cache before the next decode
+    llama_pos head_from_ = 0;     // prompt rows before this position are already in the head (or queued)
     float p_min_ = 0.0f;
     common_sampler_ptr confidence_;  // only with p_min > 0
     llama_context * target_;

@@ -31,6 +31,7 @@ struct ContextOptions {
     bool offload_kqv = true;
     std::string rollback = "auto";           // hybrid targets: "auto" (= "rs"), "rs", "checkpoint"
     bool fuse_catch_up = true;               // MtpDrafter where it applies, else common_speculative
+    bool cache_prompt = true;                // reuse the prompt prefix already in the contexts
 };
 
 // The chat layer's tool-call grammar (chat.hpp): which text starts a lazy
@@ -63,6 +64,7 @@ struct SamplingOptions {
 struct GenerateOptions {
     int32_t max_tokens = 256;
     std::optional<DraftLength> n_draft;  // unset = the session's; 0 = plain decoding; "auto"
+    std::optional<bool> cache_prompt;    // unset = the session's
     std::optional<double> timeout;   // seconds; unset = none
     std::vector<std::string> stop;
     SamplingOptions sampling;

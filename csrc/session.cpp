@@ -244,7 +244,6 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         // The head reads the prompt only if it is going to draft soon; otherwise it
         // keeps the last rows for the catch-up of its first draft.
         head_defers_prompt_ = auto_draft_ && controller_.expects_plain();
-        head_stale_ = false;
         pending_observation_.reset();
         controller_.interrupt();
         max_tokens_ = g.max_tokens;
@@ -256,23 +255,25 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         finished_ = false;
         first_token_seen_ = false;
 
-        llama_memory_clear(llama_get_memory(ctx_tgt_.get()), true);
-        if (ctx_dft_) {
-            llama_memory_clear(llama_get_memory(ctx_dft_.get()), true);
+        const size_t start = g.cache_prompt.value_or(opts_.cache_prompt) ? reuse_prefix(prompt) : 0;
+        if (start == 0) {
+            clear_contexts();
         }
-        if (drafter_) {
-            drafter_->reset();
-        }
+        cache_valid_ = false;  // until a step completes
         prompt_.assign(prompt.begin(), prompt.end() - 1);
-        prompt_done_ = 0;
+        prompt_done_ = start;
+        for (size_t i = 0; i < start; ++i) {
+            common_sampler_accept(sampler_.get(), prompt_[i], false);
+        }
         id_last_ = prompt.back();
-        context_tokens_.clear();
+        context_tokens_.resize(start);
         context_tokens_.reserve(n_ctx());
-        n_past_ = 0;
+        n_past_ = (int32_t) start;
         prompt_phase_ = true;
         call_.reset();
         Counters c;
         c.prompt_tokens = prompt.size();
+        c.prompt_tokens_cached = reused_;
         c.generations = 1;
         record(c);
         t_begin_us_ = now_us();
@@ -281,6 +282,53 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         active_.store(false);
         throw;
     }
+}
+
+void Session::clear_contexts() {
+    llama_memory_clear(llama_get_memory(ctx_tgt_.get()), true);
+    if (ctx_dft_) {
+        llama_memory_clear(llama_get_memory(ctx_dft_.get()), true);
+    }
+    if (drafter_) {
+        drafter_->reset();
+    }
+    reused_ = 0;
+    head_stale_ = false;
+}
+
+// Keeps the longest prefix the contexts share with `prompt` (all but its last token,
+// which the first verify pass decodes). Returns the position prompt processing starts
+// at: the reused length, or one less where the target decodes the last reused token
+// again for the hidden state the head pairs with the next row; 0 = nothing reused.
+size_t Session::reuse_prefix(const std::vector<int32_t> & prompt) {
+    reused_ = 0;
+    if (!cache_valid_) {
+        return 0;
+    }
+    const size_t limit = std::min(context_tokens_.size(), prompt.size() - 1);
+    size_t n = 0;
+    while (n < limit && context_tokens_[n] == prompt[n]) {
+        ++n;
+    }
+    // The target's cache ends exactly where the new prompt continues: nothing to remove,
+    // and the last hidden state is the right one (also for recurrent state, which
+    // cannot roll back). Otherwise the tail goes, and the fused driver's head needs one
+    // token decoded again for the hidden state it pairs with the next row. A recurrent
+    // target refuses a partial removal (llama_memory_seq_rm returns false): recompute.
+    const bool exact = n > 0 && n == (size_t) n_past_;
+    const size_t start = exact || !drafter_ ? n : n > 1 ? n - 1 : 0;
+    if (start == 0 || !llama_memory_seq_rm(llama_get_memory(ctx_tgt_.get()), 0, (llama_pos) start, -1)) {
+        return 0;
+    }
+    if (drafter_) {
+        drafter_->keep_prefix((llama_pos) n, exact);
+    } else if (spec_) {
+        // llama.cpp's driver keeps its own carry-over state: start its head afresh when it drafts.
+        llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), 0, -1, -1);
+        head_stale_ = true;
+    }
+    reused_ = start;
+    return start;
 }
 
 void Session::end() {
@@ -300,11 +348,14 @@ StepResult Session::step() {
         return out;
     }
     check_deadline();
+    cache_valid_ = false;  // the contexts hold what context_tokens_ says only after a whole step
     if (prompt_phase_) {
         process_prompt_chunk();
+        cache_valid_ = !prompt_phase_;
         return out;
     }
     speculative_iteration(out);
+    cache_valid_ = true;
     return out;
 }
 
@@ -326,7 +377,7 @@ void Session::process_prompt_chunk() {
                     if (const int32_t rc = drafter_->process_prompt(batch_); rc != 0) {
                         head_failed(rc, "process the prompt");
                     }
-                } else if (head_defers_prompt_) {
+                } else if (head_defers_prompt_ || head_stale_) {
                     head_stale_ = true;
                 } else if (!common_speculative_process(spec_.get(), batch_)) {
                     head_failed(-1, "process the prompt");

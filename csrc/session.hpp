@@ -77,6 +77,8 @@ private:
     void decode_or_throw(llama_context * ctx, common_batch & batch, const char * what);
     void record(const Counters & c);
     void process_prompt_chunk();
+    void clear_contexts();
+    size_t reuse_prefix(const std::vector<int32_t> & prompt);
 
     // One draft/verify iteration, in phases (each timed into its bucket of `c`).
     void speculative_iteration(StepResult & out);
@@ -113,6 +115,8 @@ private:
     std::atomic<int64_t> deadline_us_{0};
     std::atomic<int32_t> active_n_draft_{0};  // longest draft of this call; written by begin() without the GIL, read by stats readers
     bool auto_draft_ = false;                 // this call's lengths come from controller_
+    bool cache_valid_ = false;                // the contexts hold exactly context_tokens_ (a whole step completed)
+    size_t reused_ = 0;                       // prompt positions this call took from the contexts
     bool head_defers_prompt_ = false;         // the head keeps the prompt's last rows instead of decoding it
     bool head_stale_ = false;                 // llama.cpp's driver skipped the head's catch-up (plain stretch)
     struct Observation {

@@ -80,6 +80,7 @@ class ContextOptions:
     offload_kqv: bool
     rollback: str
     fuse_catch_up: bool
+    cache_prompt: bool
     def __init__(self) -> None: ...
 
 class ChatGrammar:
@@ -144,6 +145,7 @@ class GenerateOptions:
 
     max_tokens: int
     n_draft: int | str | None
+    cache_prompt: bool | None
     timeout: float | None
     stop: list[str]
     sampling: SamplingOptions

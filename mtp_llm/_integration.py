@@ -174,10 +174,10 @@ OPTION_ATTRIBUTES: dict[str, str] = {
 """Generation option -> the integration attribute holding its instance default
 (both integrations name the temperature ``temperature``, as their frameworks do)."""
 
-CALL_ONLY_OPTIONS = frozenset({"n_draft"})
-"""Generation options that have no instance default: an integration's ``n_draft`` field
-is the session's (a :class:`SessionOptions` field); a call's ``n_draft`` ("auto", or
-up to the session's longest draft) overrides it."""
+CALL_ONLY_OPTIONS = frozenset({"n_draft", "cache_prompt"})
+"""Generation options that have no instance default: an integration's ``n_draft`` and
+``cache_prompt`` fields are the session's (:class:`SessionOptions` fields); a call's
+``n_draft`` ("auto", or up to the session's longest draft) or ``cache_prompt`` overrides them."""
 
 
 def call_options(

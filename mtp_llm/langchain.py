@@ -156,6 +156,8 @@ class _MTPParams(BaseModel):
     rollback: str = "auto"
     """Hybrid (recurrent) targets: "rs" rolls recurrent state back in place, "checkpoint"
     saves/restores it each round; "auto" = "rs"."""
+    cache_prompt: bool = True
+    """Reuse the prompt prefix the session already holds (chat history, agent scratchpad)."""
     fuse_catch_up: bool = True
     """Decode the MTP head's catch-up with its first draft step (one head decode less
     per iteration) where it applies; False = llama.cpp's own draft-mtp driver."""
@@ -499,6 +501,7 @@ class _ChatChunker(_Chunker):
                 "input_tokens": stats.prompt_tokens,
                 "output_tokens": stats.tokens_emitted,
                 "total_tokens": stats.prompt_tokens + stats.tokens_emitted,
+                "input_token_details": {"cache_read": stats.prompt_tokens_cached},
             },
             chunk_position="last",
         )

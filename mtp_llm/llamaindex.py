@@ -153,6 +153,9 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
         description='Hybrid (recurrent) targets: "rs" rolls recurrent state back in place, "checkpoint" '
         'saves/restores it each round; "auto" = "rs".',
     )
+    cache_prompt: bool = Field(
+        default=True, description="Reuse the prompt prefix the session already holds (chat history)."
+    )
     fuse_catch_up: bool = Field(
         default=True,
         description="Decode the MTP head's catch-up with its first draft step (one head decode less per "

@@ -64,6 +64,10 @@ class SessionOptions:
     rollback: str = "auto"
     """Hybrid (recurrent) targets: "rs" rolls recurrent state back in place,
     "checkpoint" saves/restores it each round; "auto" = "rs"."""
+    cache_prompt: bool = True
+    """Keep what the contexts hold after a call and reuse the longest common token prefix
+    of the next prompt (target and MTP head alike): a chat or agent loop that re-sends its
+    history processes only what is new."""
     fuse_catch_up: bool = True
     """Decode the MTP head's catch-up on the accepted tokens together with its
     first draft step (mtp_llm's own driver: one head decode less per iteration)
@@ -87,7 +91,7 @@ class SessionOptions:
             value = getattr(self, name)
             if value is not None and value not in CACHE_TYPES:
                 raise InvalidOptionError(f"{name} must be one of {sorted(CACHE_TYPES)} (got {value!r})")
-        for name in ("offload_kqv", "fuse_catch_up"):
+        for name in ("offload_kqv", "fuse_catch_up", "cache_prompt"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidOptionError(f"{name} must be a bool (got {getattr(self, name)!r})")
         if self.rollback not in ROLLBACK_MODES:
@@ -173,6 +177,8 @@ class GenerationOptions:
     n_draft: DraftLength | None = None
     """Draft length for this call: None = the session's; an integer up to the
     session's longest draft (0 = plain decoding); "auto"."""
+    cache_prompt: bool | None = None
+    """Reuse the prompt prefix already in the contexts (None = the session's setting)."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -232,7 +238,7 @@ def _int(name: str, value: Any) -> int:
     return int(value)
 
 
-_OPTIONAL_FIELDS = {"timeout", "grammar", "n_draft"}
+_OPTIONAL_FIELDS = {"timeout", "grammar", "n_draft", "cache_prompt"}
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -244,6 +250,10 @@ def _coerce(name: str, value: Any) -> Any:
         return None
     if name == "n_draft":
         return draft_length(name, value)
+    if name == "cache_prompt":
+        if not isinstance(value, bool):
+            raise InvalidOptionError(f"cache_prompt must be True, False or None (got {value!r})")
+        return value
     if name in _INT_FIELDS:
         return _int(name, value)
     if name in _FLOAT_FIELDS:

@@ -79,7 +79,7 @@ class MTP:
 
     The other keyword arguments (``n_draft``, ``n_draft_max``, ``p_min``, ``n_ctx``, ``n_batch``, ``n_threads``,
     ``n_threads_batch``, ``flash_attn``, ``type_k``, ``type_v``, ``offload_kqv``,
-    ``rollback``, ``fuse_catch_up``) are the fields of :class:`SessionOptions`, documented there;
+    ``rollback``, ``fuse_catch_up``, ``cache_prompt``) are the fields of :class:`SessionOptions`, documented there;
     :meth:`from_options` takes a ``SessionOptions`` directly.
 
     Args:
@@ -109,6 +109,7 @@ class MTP:
         offload_kqv: bool = True,
         rollback: str = "auto",
         fuse_catch_up: bool = True,
+        cache_prompt: bool = True,
         defaults: GenerationOptions | None = None,
     ) -> None:
         options = SessionOptions(
@@ -125,6 +126,7 @@ class MTP:
             offload_kqv=offload_kqv,
             rollback=rollback,
             fuse_catch_up=fuse_catch_up,
+            cache_prompt=cache_prompt,
         )
         self._open(model, draft_model, options, defaults)
 

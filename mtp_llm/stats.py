@@ -107,6 +107,10 @@ class MTPStats:
     accepted), about a^(i+1) for a per-position rate a; the rate given the previous
     position is the ratio of neighbours (``mtp-llm bench`` prints both)."""
     prompt_tokens: int
+    prompt_tokens_cached: int
+    """Prompt tokens reused from what the contexts held (``cache_prompt``): not processed again."""
+    prompt_tokens_processed: int
+    """Prompt tokens processed: prompt_tokens - prompt_tokens_cached."""
     prompt_us: int
     """Prompt-processing time in microseconds."""
     prompt_tokens_per_sec: float
@@ -158,8 +162,12 @@ class MTPStats:
                 a / d if d else 0.0 for a, d in zip(c["accepted_at"], c["drafted_at"])
             ),
             prompt_tokens=int(c["prompt_tokens"]),
+            prompt_tokens_cached=int(c["prompt_tokens_cached"]),
+            prompt_tokens_processed=int(c["prompt_tokens"]) - int(c["prompt_tokens_cached"]),
             prompt_us=prompt_us,
-            prompt_tokens_per_sec=int(c["prompt_tokens"]) * 1e6 / prompt_us if prompt_us else 0.0,
+            prompt_tokens_per_sec=(int(c["prompt_tokens"]) - int(c["prompt_tokens_cached"])) * 1e6 / prompt_us
+            if prompt_us
+            else 0.0,
             time_to_first_token_us=int(c["t_first_token_us"]),
             generations=int(c["generations"]),
             draft_controller=DraftControllerEstimates.from_native(controller) if controller else None,
@@ -185,7 +193,7 @@ class MTPStats:
             f"per-position=[{positions}] mean_accepted_length={self.mean_accepted_length:.2f} "
             f"n_draft={self.n_draft} lengths={list(self.draft_length_counts)} "
             f"undrafted={self.undrafted_share:.2f} iters={self.iters} replays={self.replays} "
-            f"prompt={self.prompt_tokens} tok in {self.prompt_us / 1000:.1f} ms "
+            f"prompt={self.prompt_tokens} tok ({self.prompt_tokens_cached} cached) in {self.prompt_us / 1000:.1f} ms "
             f"ttft={self.time_to_first_token_us / 1000:.1f} ms "
             f"timing_ms(draft={self.timing_us.draft / 1000:.1f} verify={self.timing_us.verify / 1000:.1f} "
             f"sample={self.timing_us.sample / 1000:.1f} ckpt={self.timing_us.ckpt / 1000:.1f} "

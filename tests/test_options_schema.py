@@ -46,7 +46,7 @@ def test_every_generation_option_has_an_instance_default_or_is_per_call() -> Non
     fields = {f.name for f in dataclasses.fields(GenerationOptions)}
     assert set(OPTION_ATTRIBUTES) | CALL_ONLY_OPTIONS == fields
     assert not set(OPTION_ATTRIBUTES) & CALL_ONLY_OPTIONS
-    assert set(_SET) == set(OPTION_ATTRIBUTES) and CALL_ONLY_OPTIONS == {"n_draft"}  # each tested below
+    assert set(_SET) == set(OPTION_ATTRIBUTES) and CALL_ONLY_OPTIONS == {"n_draft", "cache_prompt"}  # each tested below
 
 
 @pytest.mark.parametrize("cls", INTEGRATIONS, ids=lambda c: f"{c.__module__}.{c.__name__}")
@@ -57,6 +57,7 @@ def test_generation_options_reach_the_engine(cls: Any) -> None:
     instance = cls(**{attribute: _SET[option] for option, attribute in OPTION_ATTRIBUTES.items()})
     assert call_options(instance, {}) == GenerationOptions(**_SET)
     assert call_options(instance, {"n_draft": 1}).n_draft == 1  # CALL_ONLY_OPTIONS
+    assert call_options(instance, {"cache_prompt": False}).cache_prompt is False
 
 
 @pytest.mark.parametrize("cls", INTEGRATIONS, ids=lambda c: f"{c.__module__}.{c.__name__}")
@@ -79,6 +80,7 @@ def test_engine_spec_is_read_by_field_name() -> None:
         "type_v": "f16",
         "offload_kqv": False,
         "rollback": "checkpoint",
+        "cache_prompt": False,
         "fuse_catch_up": False,
     }
     assert set(changed) == {f.name for f in dataclasses.fields(SessionOptions)}
