@@ -236,7 +236,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("offload_kqv", &mtp::ContextOptions::offload_kqv)
         .def_readwrite("rollback", &mtp::ContextOptions::rollback)
         .def_readwrite("fuse_catch_up", &mtp::ContextOptions::fuse_catch_up)
-        .def_readwrite("cache_prompt", &mtp::ContextOptions::cache_prompt);
+        .def_readwrite("cache_prompt", &mtp::ContextOptions::cache_prompt)
+        .def_readwrite("cache_size_mb", &mtp::ContextOptions::cache_size_mb);
 
     mtp::register_chat(m);
 
@@ -297,6 +298,7 @@ PYBIND11_MODULE(_core, m) {
         .def("reset_stats", &mtp::Session::reset_stats)
         .def("print_stats", &mtp::Session::print_stats, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("n_ctx", &mtp::Session::n_ctx)
+        .def_property_readonly("prompt_cache_bytes", &mtp::Session::prompt_cache_bytes)
         .def_property_readonly("n_draft", [](const mtp::Session & self) { return self.options().n_draft; })
         .def_property_readonly("n_draft_max", [](const mtp::Session & self) { return mtp::longest_draft(self.options()); })
         .def_property_readonly("rollback_mode", &mtp::Session::rollback_mode)

@@ -51,6 +51,16 @@ void MtpDrafter::reset() {
     head_from_ = 0;
 }
 
+void MtpDrafter::restore(const Snapshot & s) {
+    pending_tokens_ = s.tokens;
+    pending_pos_ = s.pos;
+    pending_h_ = s.h;
+    h_last_ = s.h_last;
+    cache_dropped_ = s.cache_dropped;
+    drafted_from_ = -1;
+    head_from_ = 0;
+}
+
 bool MtpDrafter::keep_prefix(llama_pos n, bool h_valid) {
     llama_memory_t mem = llama_get_memory(head_);
     while (!pending_pos_.empty() && pending_pos_.back() >= n) {

@@ -54,6 +54,18 @@ public:
     // Rows waiting for the head's next decode (the catch-up of its next draft).
     size_t pending_rows() const { return pending_tokens_.size(); }
 
+    // What the driver holds beside the head's cache (queued rows, the carried hidden
+    // state), saved and restored with it by the session's prompt cache.
+    struct Snapshot {
+        std::vector<llama_token> tokens;
+        std::vector<llama_pos> pos;
+        std::vector<float> h, h_last;
+        bool cache_dropped = false;
+        size_t bytes() const { return tokens.size() * 8 + (h.size() + h_last.size()) * sizeof(float); }
+    };
+    Snapshot snapshot() const { return {pending_tokens_, pending_pos_, pending_h_, h_last_, cache_dropped_}; }
+    void restore(const Snapshot & s);
+
 private:
     void queue(llama_token token, llama_pos pos, const float * h);
     void keep_last(size_t rows);

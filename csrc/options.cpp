@@ -57,6 +57,9 @@ void validate(const ContextOptions & o, int32_t max_draft) {
                                            std::to_string(o.n_draft_max) + ")");
     }
     check_p_min(o.p_min);
+    if (!(o.cache_size_mb >= 0.0) || std::isinf(o.cache_size_mb)) {
+        fail(ErrorKind::InvalidOption, "cache_size_mb must be a number of megabytes >= 0 (0 = keep only the current conversation)");
+    }
     if (o.n_ctx < 16) {
         fail(ErrorKind::InvalidOption, "n_ctx must be at least 16 (got " + std::to_string(o.n_ctx) + ")");
     }

@@ -32,6 +32,7 @@ struct ContextOptions {
     std::string rollback = "auto";           // hybrid targets: "auto" (= "rs"), "rs", "checkpoint"
     bool fuse_catch_up = true;               // MtpDrafter where it applies, else common_speculative
     bool cache_prompt = true;                // reuse the prompt prefix already in the contexts
+    double cache_size_mb = 256.0;            // saved states of other conversations (0 = keep only the current one)
 };
 
 // The chat layer's tool-call grammar (chat.hpp): which text starts a lazy

@@ -255,7 +255,11 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         finished_ = false;
         first_token_seen_ = false;
 
-        const size_t start = g.cache_prompt.value_or(opts_.cache_prompt) ? reuse_prefix(prompt) : 0;
+        cache_this_call_ = g.cache_prompt.value_or(opts_.cache_prompt);
+        if (cache_this_call_) {
+            pick_saved_state(prompt);
+        }
+        const size_t start = cache_this_call_ ? reuse_prefix(prompt) : 0;
         if (start == 0) {
             clear_contexts();
         }
@@ -331,6 +335,122 @@ size_t Session::reuse_prefix(const std::vector<int32_t> & prompt) {
     return start;
 }
 
+size_t Session::usable_prefix(const llama_tokens & held, const std::vector<int32_t> & prompt) const {
+    const size_t limit = std::min(held.size(), prompt.size() - 1);
+    size_t n = 0;
+    while (n < limit && held[n] == prompt[n]) {
+        ++n;
+    }
+    // Recurrent state cannot roll back: only a prompt that continues all of it counts.
+    return target_rolls_back() || n == held.size() ? n : 0;
+}
+
+// Before this call cuts the current conversation (a prompt that shares little with it),
+// the current state is saved; a saved state that shares more with the prompt than the
+// current one is restored.
+void Session::pick_saved_state(const std::vector<int32_t> & prompt) {
+    if (opts_.cache_size_mb <= 0.0) {
+        return;
+    }
+    const bool current_exact = cache_valid_ && (size_t) n_past_ == context_tokens_.size();
+    const size_t current = cache_valid_ && (target_rolls_back() || current_exact) ? usable_prefix(context_tokens_, prompt) : 0;
+    auto best = saved_.end();
+    size_t best_n = current;
+    for (auto it = saved_.begin(); it != saved_.end(); ++it) {
+        if (const size_t n = usable_prefix(it->tokens, prompt); n > best_n) {
+            best = it;
+            best_n = n;
+        }
+    }
+    size_t shared = 0;
+    while (shared < context_tokens_.size() && shared < prompt.size() && context_tokens_[shared] == prompt[shared]) {
+        ++shared;
+    }
+    // Take the chosen state out first: saving the current one may evict from the list. A
+    // target that cannot roll back keeps a copy saved (the contexts will move past it).
+    std::list<SavedState> chosen;
+    if (best != saved_.end()) {
+        if (target_rolls_back()) {
+            saved_bytes_ -= best->bytes();
+            chosen.splice(chosen.begin(), saved_, best);
+        } else {
+            chosen.push_back(*best);
+            saved_.splice(saved_.begin(), saved_, best);  // most recently used
+        }
+    }
+    if (cache_valid_ && !context_tokens_.empty() && 4 * shared < 3 * context_tokens_.size()) {
+        save_state();
+    }
+    if (!chosen.empty()) {
+        restore_state(chosen.front());
+    }
+}
+
+void Session::save_state() {
+    if ((size_t) n_past_ != context_tokens_.size()) {
+        // Accepted rows past the last committed token (a call that stopped mid-batch).
+        if (!target_rolls_back() ||
+            !llama_memory_seq_rm(llama_get_memory(ctx_tgt_.get()), 0, (llama_pos) context_tokens_.size(), -1)) {
+            return;
+        }
+        n_past_ = (int32_t) context_tokens_.size();
+    }
+    SavedState s;
+    s.tokens = context_tokens_;
+    s.target.resize(llama_state_seq_get_size(ctx_tgt_.get(), 0));
+    s.target.resize(llama_state_seq_get_data(ctx_tgt_.get(), s.target.data(), s.target.size(), 0));
+    if (ctx_dft_) {
+        s.head.resize(llama_state_seq_get_size(ctx_dft_.get(), 0));
+        s.head.resize(llama_state_seq_get_data(ctx_dft_.get(), s.head.data(), s.head.size(), 0));
+    }
+    if (drafter_) {
+        s.drafter = drafter_->snapshot();
+    }
+    const uint64_t budget = (uint64_t) (opts_.cache_size_mb * 1024.0 * 1024.0);
+    if (s.target.empty() || s.bytes() > budget) {
+        return;
+    }
+    // A saved state this one extends is superseded by it, where the target can roll back
+    // (a recurrent one keeps the shorter state: a prompt may extend it and not this one).
+    for (auto it = saved_.begin(); it != saved_.end();) {
+        const bool prefix = target_rolls_back() && it->tokens.size() <= s.tokens.size() &&
+                            std::equal(it->tokens.begin(), it->tokens.end(), s.tokens.begin());
+        if (prefix) {
+            saved_bytes_ -= it->bytes();
+            it = saved_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    saved_bytes_ += s.bytes();
+    saved_.push_front(std::move(s));
+    while (saved_bytes_.load() > budget && !saved_.empty()) {
+        saved_bytes_ -= saved_.back().bytes();
+        saved_.pop_back();
+    }
+}
+
+void Session::restore_state(const SavedState & state) {
+    clear_contexts();
+    cache_valid_ = false;
+    const bool ok = llama_state_seq_set_data(ctx_tgt_.get(), state.target.data(), state.target.size(), 0) != 0 &&
+                    (!ctx_dft_ || state.head.empty() ||
+                     llama_state_seq_set_data(ctx_dft_.get(), state.head.data(), state.head.size(), 0) != 0);
+    if (!ok) {
+        clear_contexts();
+        return;
+    }
+    if (drafter_) {
+        drafter_->restore(state.drafter);
+    } else if (spec_) {
+        llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), 0, -1, -1);
+        head_stale_ = true;
+    }
+    context_tokens_ = state.tokens;
+    n_past_ = (int32_t) context_tokens_.size();
+    cache_valid_ = true;
+}
+
 void Session::end() {
     sampler_.reset();
     deadline_us_.store(0);
@@ -391,6 +511,11 @@ void Session::process_prompt_chunk() {
         if (prompt_done_ == prompt_.size()) {
             context_tokens_.assign(prompt_.begin(), prompt_.end());
             n_past_ = (int32_t) prompt_.size();
+            if (cache_this_call_ && !target_rolls_back() && opts_.cache_size_mb > 0.0 && !prompt_.empty()) {
+                // Recurrent state cannot roll back to here after generating: a checkpoint
+                // where the prompt ends lets the next turn, which extends it, reuse it.
+                save_state();
+            }
             if (drafting() && spec_ && !head_stale_) {
                 common_speculative_begin(spec_.get(), 0, context_tokens_);
             }

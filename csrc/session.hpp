@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <list>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -56,6 +57,7 @@ public:
     void reset_stats() { total_.reset(); }
     void print_stats() const;
     ControllerEstimates draft_controller() const { return controller_.estimates(); }
+    uint64_t prompt_cache_bytes() const { return saved_bytes_.load(); }  // saved states of other conversations
 
     const ContextOptions & options() const { return opts_; }
     int32_t n_ctx() const;
@@ -79,6 +81,18 @@ private:
     void process_prompt_chunk();
     void clear_contexts();
     size_t reuse_prefix(const std::vector<int32_t> & prompt);
+    // Saved states of other conversations (prompt cache, LRU bounded by cache_size_mb).
+    struct SavedState {
+        llama_tokens tokens;  // what the contexts held: exactly these positions
+        std::vector<uint8_t> target, head;
+        MtpDrafter::Snapshot drafter;
+        size_t bytes() const { return tokens.size() * sizeof(llama_token) + target.size() + head.size() + drafter.bytes(); }
+    };
+    bool target_rolls_back() const { return seq_rm_tgt_ == COMMON_CONTEXT_SEQ_RM_TYPE_PART; }
+    size_t usable_prefix(const llama_tokens & held, const std::vector<int32_t> & prompt) const;
+    void save_state();
+    void restore_state(const SavedState & state);
+    void pick_saved_state(const std::vector<int32_t> & prompt);
 
     // One draft/verify iteration, in phases (each timed into its bucket of `c`).
     void speculative_iteration(StepResult & out);
@@ -115,8 +129,11 @@ private:
     std::atomic<int64_t> deadline_us_{0};
     std::atomic<int32_t> active_n_draft_{0};  // longest draft of this call; written by begin() without the GIL, read by stats readers
     bool auto_draft_ = false;                 // this call's lengths come from controller_
+    bool cache_this_call_ = false;            // this call's cache_prompt
     bool cache_valid_ = false;                // the contexts hold exactly context_tokens_ (a whole step completed)
     size_t reused_ = 0;                       // prompt positions this call took from the contexts
+    std::list<SavedState> saved_;             // most recent first
+    std::atomic<uint64_t> saved_bytes_{0};
     bool head_defers_prompt_ = false;         // the head keeps the prompt's last rows instead of decoding it
     bool head_stale_ = false;                 // llama.cpp's driver skipped the head's catch-up (plain stretch)
     struct Observation {

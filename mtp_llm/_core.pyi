@@ -81,6 +81,7 @@ class ContextOptions:
     rollback: str
     fuse_catch_up: bool
     cache_prompt: bool
+    cache_size_mb: float
     def __init__(self) -> None: ...
 
 class ChatGrammar:
@@ -165,6 +166,8 @@ class Session:
     def print_stats(self) -> None: ...
     @property
     def n_ctx(self) -> int: ...
+    @property
+    def prompt_cache_bytes(self) -> int: ...
     @property
     def n_draft(self) -> int | str: ...
     @property

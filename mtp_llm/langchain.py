@@ -158,6 +158,8 @@ class _MTPParams(BaseModel):
     saves/restores it each round; "auto" = "rs"."""
     cache_prompt: bool = True
     """Reuse the prompt prefix the session already holds (chat history, agent scratchpad)."""
+    cache_size_mb: float = 256.0
+    """Memory for saved states of other conversations on the shared session (an LRU)."""
     fuse_catch_up: bool = True
     """Decode the MTP head's catch-up with its first draft step (one head decode less
     per iteration) where it applies; False = llama.cpp's own draft-mtp driver."""

@@ -156,6 +156,9 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     cache_prompt: bool = Field(
         default=True, description="Reuse the prompt prefix the session already holds (chat history)."
     )
+    cache_size_mb: float = Field(
+        default=256.0, ge=0.0, description="Memory for saved states of other conversations (an LRU)."
+    )
     fuse_catch_up: bool = Field(
         default=True,
         description="Decode the MTP head's catch-up with its first draft step (one head decode less per "

@@ -68,6 +68,12 @@ class SessionOptions:
     """Keep what the contexts hold after a call and reuse the longest common token prefix
     of the next prompt (target and MTP head alike): a chat or agent loop that re-sends its
     history processes only what is new."""
+    cache_size_mb: float = 256.0
+    """Memory for saved states of other conversations (an LRU): before a call replaces
+    most of what the contexts hold, their state is saved, and a later call that shares
+    more with a saved state than with the current one restores it. A saved state takes
+    the KV cache of its tokens in both contexts (llama.cpp's sequence state). 0 = keep
+    only the current conversation."""
     fuse_catch_up: bool = True
     """Decode the MTP head's catch-up on the accepted tokens together with its
     first draft step (mtp_llm's own driver: one head decode less per iteration)
@@ -81,6 +87,12 @@ class SessionOptions:
         if not 1 <= self.n_draft_max <= MAX_DRAFT:
             raise InvalidOptionError(f"n_draft_max must be between 1 and {MAX_DRAFT} (got {self.n_draft_max})")
         _set(self, "p_min", probability("p_min", self.p_min))
+        size = self.cache_size_mb
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < math.inf:
+            raise InvalidOptionError(
+                f"cache_size_mb must be a number of megabytes >= 0 (0 = keep only the current conversation; got {size!r})"
+            )
+        _set(self, "cache_size_mb", float(size))
         for name in ("n_threads", "n_threads_batch"):
             value = getattr(self, name)
             if value is not None and (_is_not_int(value) or value < 1):

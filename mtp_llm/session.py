@@ -79,7 +79,7 @@ class MTP:
 
     The other keyword arguments (``n_draft``, ``n_draft_max``, ``p_min``, ``n_ctx``, ``n_batch``, ``n_threads``,
     ``n_threads_batch``, ``flash_attn``, ``type_k``, ``type_v``, ``offload_kqv``,
-    ``rollback``, ``fuse_catch_up``, ``cache_prompt``) are the fields of :class:`SessionOptions`, documented there;
+    ``rollback``, ``fuse_catch_up``, ``cache_prompt``, ``cache_size_mb``) are the fields of :class:`SessionOptions`, documented there;
     :meth:`from_options` takes a ``SessionOptions`` directly.
 
     Args:
@@ -110,6 +110,7 @@ class MTP:
         rollback: str = "auto",
         fuse_catch_up: bool = True,
         cache_prompt: bool = True,
+        cache_size_mb: float = 256.0,
         defaults: GenerationOptions | None = None,
     ) -> None:
         options = SessionOptions(
@@ -127,6 +128,7 @@ class MTP:
             rollback=rollback,
             fuse_catch_up=fuse_catch_up,
             cache_prompt=cache_prompt,
+            cache_size_mb=cache_size_mb,
         )
         self._open(model, draft_model, options, defaults)
 
@@ -190,6 +192,11 @@ class MTP:
     def draft_controller(self) -> DraftControllerEstimates | None:
         """What the automatic draft length has learnt so far (None where the session cannot draft)."""
         return self.stats().draft_controller
+
+    @property
+    def prompt_cache_bytes(self) -> int:
+        """Bytes held by saved states of other conversations (at most ``cache_size_mb``)."""
+        return int(self._native.prompt_cache_bytes)
 
     @property
     def n_ctx(self) -> int:

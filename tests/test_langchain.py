@@ -488,6 +488,9 @@ def _run_agent_with_one_tool_call(chat: ChatMTP) -> None:
     assert state["messages"][1].tool_calls[0]["name"] == "get_weather"
     assert state["messages"][2].content.startswith("It is sunny in")
     assert len(handler.calls) == 2
+    # The second model call re-sends the conversation: served from the prompt cache.
+    assert handler.calls[1]["prompt_tokens_cached"] > 0
+    assert state["messages"][3].usage_metadata["input_token_details"]["cache_read"] > 0
 
 
 def test_create_agent_completes_with_a_tool_call(tool_chat: ChatMTP) -> None:

@@ -81,6 +81,7 @@ def test_engine_spec_is_read_by_field_name() -> None:
         "offload_kqv": False,
         "rollback": "checkpoint",
         "cache_prompt": False,
+        "cache_size_mb": 8.0,
         "fuse_catch_up": False,
     }
     assert set(changed) == {f.name for f in dataclasses.fields(SessionOptions)}
