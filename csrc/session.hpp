@@ -47,6 +47,8 @@ public:
     // begin/step/end run without the GIL; one generation at a time.
     void begin(const std::vector<int32_t> & prompt, const GenerateOptions & opts);
     StepResult step();
+    // Throws Error(RpcLost) when a connection to an RPC server of the models was lost.
+    void check_rpc() const;
     void end();
     void cancel() { cancel_requested_.store(true); }
     bool active() const { return active_.load(); }
@@ -77,6 +79,7 @@ private:
     void decode_or_throw(llama_context * ctx, common_batch & batch, const char * what);
     void record(const Counters & c);
     void process_prompt_chunk();
+    StepResult step_once();
 
     // One draft/verify iteration, in phases (each timed into its bucket of `c`).
     void speculative_iteration(StepResult & out);
