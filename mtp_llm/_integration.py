@@ -102,7 +102,7 @@ def resolve_model_path(model_path: str | None) -> str:
 
 
 _lock = threading.Lock()
-_models: dict[tuple[str, bool, int | None, bool, tuple[str, ...]], Model] = {}
+_models: dict[tuple[str, bool, int, bool, tuple[str, ...]], Model] = {}
 _sessions: dict[EngineSpec, MTP] = {}
 
 
@@ -117,6 +117,8 @@ def get_model(
     """Load a model once per process and settings. A model whose RPC server was lost is
     loaded again (its remote layers are gone)."""
     servers = tuple(rpc_servers or ())
+    if n_gpu_layers is None:  # Model.load's default, spelled out so equal settings share a model
+        n_gpu_layers = -1 if servers else 0
     key = (os.path.realpath(path), load_mtp, n_gpu_layers, use_mmap, servers)
     with _lock:
         model = _models.get(key)

@@ -362,3 +362,16 @@ def test_integrations_take_rpc_servers(tiny_paths: dict[str, Path], rpc_pair: li
     local = make_session(Model.load(tiny_paths["accept100"]))
     options = GenerationOptions(max_tokens=16, temp=0.0)
     assert session.generate("hi", options=options) == local.generate("hi", options=options)
+
+
+def test_langchain_and_llamaindex_take_rpc_servers(tiny_paths: dict[str, Path], rpc_pair: list[str]) -> None:
+    from mtp_llm.langchain import MTPLLM as LangChainLLM
+    from mtp_llm.llamaindex import MTPLLM as LlamaIndexLLM
+
+    path = str(tiny_paths["accept33"])
+    local = make_session(Model.load(path)).generate("hi", options=GenerationOptions(max_tokens=16, temp=0.0))
+    common: dict[str, object] = dict(model_path=path, n_draft=3, n_threads=THREADS, n_ctx=512, max_tokens=16)
+    lc = LangChainLLM(rpc_servers=rpc_pair, temperature=0.0, **common)
+    assert lc.invoke("hi") == local
+    li = LlamaIndexLLM(rpc_servers=rpc_pair, temperature=0.0, **common)
+    assert li.complete("hi").text == local
