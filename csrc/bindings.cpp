@@ -11,6 +11,7 @@
 #include "model.hpp"
 #include "options.hpp"
 #include "parity.hpp"
+#include "rpc.hpp"
 #include "runtime.hpp"
 #include "session.hpp"
 
@@ -39,6 +40,7 @@ const char * error_class_name(ErrorKind kind) {
         case ErrorKind::ChatTemplate: return "ChatTemplateError";
         case ErrorKind::ToolSchema: return "ToolSchemaError";
         case ErrorKind::ChatParse: return "ChatParseError";
+        case ErrorKind::RpcLost: return "RPCConnectionError";
     }
     return "MTPError";
 }
@@ -99,6 +101,15 @@ PYBIND11_MODULE(_core, m) {
         }
     });
 
+    // ggml's RPC backend (docs/scale-out.md).
+    m.def("rpc_probe", &mtp::probe_rpc_server, py::arg("endpoint"), py::arg("timeout") = 5.0,
+          py::call_guard<py::gil_scoped_release>(),
+          "Connect to an RPC server and run the handshake; returns its protocol version or raises ModelLoadError.");
+    m.def("rpc_serve", &mtp::serve_rpc, py::arg("endpoint"), py::arg("cache_dir") = "", py::arg("n_threads") = 0,
+          py::call_guard<py::gil_scoped_release>(),
+          "Serve this machine's devices with ggml's RPC server (blocks; raises if it cannot listen).");
+    m.def("rpc_protocol_version", &mtp::rpc_protocol_version, "ggml's RPC protocol version of this build.");
+
     m.def("mtp_graph_architectures", &mtp::mtp_graph_architectures,
           "Architectures for which this llama.cpp build has an MTP draft graph.");
 
@@ -141,17 +152,28 @@ PYBIND11_MODULE(_core, m) {
        "Median and minimum microseconds of each pass of the draft/verify loop (see csrc/cost_probe.hpp).");
 
     py::class_<mtp::Model, std::shared_ptr<mtp::Model>>(m, "Model")
-        .def(py::init([](const std::string & path, bool load_mtp, int n_gpu_layers, bool use_mmap, bool use_mlock) {
+        .def(py::init([](const std::string & path, bool load_mtp, int n_gpu_layers, bool use_mmap, bool use_mlock,
+                         const std::vector<std::string> & rpc_servers, const std::vector<float> & tensor_split,
+                         bool mtp_local, double rpc_timeout) {
                  mtp::ModelOptions o;
                  o.load_mtp = load_mtp;
                  o.n_gpu_layers = n_gpu_layers;
                  o.use_mmap = use_mmap;
                  o.use_mlock = use_mlock;
+                 o.rpc_servers = rpc_servers;
+                 o.tensor_split = tensor_split;
+                 o.mtp_local = mtp_local;
+                 o.rpc_timeout = rpc_timeout;
                  py::gil_scoped_release release;
                  return std::make_shared<mtp::Model>(path, o);
              }),
              py::arg("path"), py::arg("load_mtp") = true, py::arg("n_gpu_layers") = 0,
-             py::arg("use_mmap") = true, py::arg("use_mlock") = false)
+             py::arg("use_mmap") = true, py::arg("use_mlock") = false,
+             py::arg("rpc_servers") = std::vector<std::string>{}, py::arg("tensor_split") = std::vector<float>{},
+             py::arg("mtp_local") = true, py::arg("rpc_timeout") = 5.0)
+        .def_property_readonly("rpc_servers", [](const mtp::Model & self) { return self.options().rpc_servers; })
+        .def_property_readonly("devices", &mtp::Model::device_names)
+        .def("check_rpc", &mtp::Model::check_rpc, "Raise RPCConnectionError if a connection to a server was lost.")
         .def_property_readonly("path", &mtp::Model::path)
         .def_property_readonly("load_mtp", [](const mtp::Model & self) { return self.options().load_mtp; })
         .def_property_readonly("architecture", &mtp::Model::architecture)

@@ -22,6 +22,7 @@ enum class ErrorKind {
     ChatTemplate,     // a chat template does not parse or fails to render
     ToolSchema,       // a tool's parameters schema cannot become a grammar
     ChatParse,        // model output does not parse in the template's chat format
+    RpcLost,          // a connection to an RPC server of the model was lost
 };
 
 struct Error : std::runtime_error {

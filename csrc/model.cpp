@@ -9,7 +9,10 @@
 #include "chat.h"
 #include "common.h"
 #include "errors.hpp"
+#include "ggml-cpu.h"
+#include "ggml-rpc.h"
 #include "gguf.h"
+#include "rpc.hpp"
 #include "runtime.hpp"
 
 namespace mtp {
@@ -123,6 +126,69 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
     mp.load_mode = opts.use_mmap ? (opts.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP)
                                  : (opts.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE);
     mp.load_mtp = opts.load_mtp;
+
+    // RPC: the servers' devices (checked first: ggml aborts on a failed connection), then the
+    // local accelerators, which llama.cpp would otherwise pick from the registry.
+    std::vector<ggml_backend_dev_t> devices;
+    std::vector<std::string> patterns;
+    std::vector<llama_model_tensor_buft_override> overrides;
+    std::vector<float> split;
+    const bool remote = !opts.rpc_servers.empty() && !(opts.mtp_local && is_mtp_sidecar());
+    if (!opts.rpc_servers.empty()) {
+        if (opts.rpc_servers.size() > GGML_RPC_MAX_SERVERS) {
+            fail(ErrorKind::InvalidOption, "at most " + std::to_string(GGML_RPC_MAX_SERVERS) + " RPC servers");
+        }
+        if (!(opts.rpc_timeout > 0)) {
+            fail(ErrorKind::InvalidOption, "rpc_timeout must be > 0 seconds");
+        }
+        for (const auto & endpoint : opts.rpc_servers) {
+            check_endpoint(endpoint);
+        }
+    }
+    if (remote) {
+        for (const auto & endpoint : opts.rpc_servers) {
+            for (ggml_backend_dev_t dev : rpc_devices(endpoint, opts.rpc_timeout)) {
+                devices.push_back(dev);
+            }
+        }
+        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+            ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+            const auto type = ggml_backend_dev_type(dev);
+            if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) {
+                devices.push_back(dev);
+            }
+        }
+        devices.push_back(nullptr);
+        mp.devices = devices.data();
+        if (opts.mtp_local && info_.n_nextn > 0 && info_.block_count > info_.n_nextn) {
+            // The head's blocks are the last n_nextn of block_count (blk.<n_layer + i>).
+            std::string alt;
+            for (int64_t il = info_.block_count - info_.n_nextn; il < info_.block_count; ++il) {
+                alt += (alt.empty() ? "" : "|") + std::to_string(il);
+            }
+            patterns.push_back("^blk\\.(" + alt + ")\\.");
+            overrides.push_back({patterns.back().c_str(), ggml_backend_cpu_buffer_type()});
+            overrides.push_back({nullptr, nullptr});
+            mp.tensor_buft_overrides = overrides.data();
+        }
+    }
+    if (!opts.tensor_split.empty()) {
+        const size_t n_dev = remote ? devices.size() - 1 : 0;
+        if (opts.tensor_split.size() > std::max<size_t>(n_dev, 1) || opts.tensor_split.size() > llama_max_devices()) {
+            fail(ErrorKind::InvalidOption, "tensor_split has " + std::to_string(opts.tensor_split.size()) +
+                                               " entries for " + std::to_string(n_dev) + " devices (each RPC "
+                                               "server's devices, then local accelerators)");
+        }
+        float sum = 0;
+        for (float f : opts.tensor_split) {
+            if (!(f >= 0)) fail(ErrorKind::InvalidOption, "tensor_split entries must be >= 0");
+            sum += f;
+        }
+        if (!(sum > 0)) fail(ErrorKind::InvalidOption, "tensor_split must have a positive entry");
+        split.assign(llama_max_devices(), 0.0f);
+        std::copy(opts.tensor_split.begin(), opts.tensor_split.end(), split.begin());
+        mp.tensor_split = split.data();
+    }
     clear_log();
     llama_model * m = llama_model_load_from_file(path.c_str(), mp);
     if (m == nullptr) {
@@ -130,6 +196,33 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
                                             info_.architecture + "')"));
     }
     model_.reset(m);
+    if (!remote) {
+        opts_.rpc_servers.clear();  // a sidecar head kept local uses no server
+    }
+    for (const auto & endpoint : opts_.rpc_servers) {
+        // A server given no tensor (all layers elsewhere) keeps no connection open.
+        const int state = rpc_connection_state(endpoint);
+        if (state == 0) {
+            fail(ErrorKind::ModelLoad, with_log("the connection to RPC server " + endpoint + " was lost while loading '" + path + "'"));
+        }
+        if (state == 1) {
+            rpc_held_.push_back(endpoint);
+        }
+    }
+    for (ggml_backend_dev_t dev : devices) {
+        if (dev != nullptr) device_names_.push_back(std::string(ggml_backend_dev_name(dev)) + " (" +
+                                                    ggml_backend_dev_description(dev) + ")");
+    }
+}
+
+void Model::check_rpc() const {
+    for (const auto & endpoint : rpc_held_) {
+        if (rpc_lost_.load() || !rpc_connection_alive(endpoint)) {
+            rpc_lost_.store(true);
+            fail(ErrorKind::RpcLost, "the connection to RPC server " + endpoint + " was lost: the model's "
+                                     "layers on it are gone; restart the server and load the model again");
+        }
+    }
 }
 
 std::string Model::description() const {

@@ -1,6 +1,7 @@
 // Models: GGUF header checks, loading, tokenizer and chat-template access.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +18,15 @@ struct ModelOptions {
     int32_t n_gpu_layers = 0;
     bool use_mmap = true;
     bool use_mlock = false;
+    // ggml RPC servers ("host:port") whose devices take offloaded layers (after local accelerators).
+    std::vector<std::string> rpc_servers;
+    // Share of the offloaded layers per device: each server's devices in rpc_servers order,
+    // then local accelerators; empty = llama.cpp's split by free memory.
+    std::vector<float> tensor_split;
+    // Keep the MTP head's layers in this process's memory (else they follow n_gpu_layers).
+    bool mtp_local = true;
+    // Seconds to wait for each RPC server's connection and handshake.
+    double rpc_timeout = 5.0;
 };
 
 
@@ -32,6 +42,12 @@ public:
     const std::string & path() const { return path_; }
     const ModelOptions & options() const { return opts_; }
     const GgufInfo & info() const { return info_; }
+
+    // Throws Error(RpcLost) when a connection to one of the model's RPC servers was lost
+    // (the model's remote tensors are gone with it: reload the model).
+    void check_rpc() const;
+    // Devices the model was loaded on ("CPU" always holds what is not offloaded).
+    const std::vector<std::string> & device_names() const { return device_names_; }
 
     std::string architecture() const { return info_.architecture; }
     std::string description() const;
@@ -67,6 +83,9 @@ private:
     std::string path_;
     ModelOptions opts_;
     GgufInfo info_;
+    std::vector<std::string> device_names_;
+    std::vector<std::string> rpc_held_;  // servers holding some of the model's tensors
+    mutable std::atomic<bool> rpc_lost_{false};
     llama_model_ptr model_;
 };
 

@@ -15,6 +15,7 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
     : target_(std::move(target)), draft_model_(std::move(draft)), opts_(opts),
       controller_(std::clamp(longest_draft(opts), 0, kMaxDraftPositions)) {
     validate(opts_, kMaxDraftPositions);
+    check_rpc();
     if (target_->is_mtp_sidecar()) {
         fail(ErrorKind::ModelLoad, "'" + target_->path() + "' is an MTP sidecar (head only, no trunk): "
                                    "load the trunk model as the target and pass this file as draft_model");
@@ -205,6 +206,7 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
                               "or use one session per concurrent generation");
     }
     try {
+        check_rpc();
         validate(g, longest_draft(opts_));
         if (prompt.empty()) {
             fail(ErrorKind::InvalidPrompt, "prompt is empty: pass at least one token or a non-empty string");
@@ -458,11 +460,33 @@ void Session::end() {
     active_.store(false);
 }
 
+void Session::check_rpc() const {
+    target_->check_rpc();
+    if (draft_model_) {
+        draft_model_->check_rpc();
+    }
+}
+
 StepResult Session::step() {
-    StepResult out;
     if (!active_.load()) {
         fail(ErrorKind::Busy, "no generation is running: call begin() first");
     }
+    // A server lost during the step shows as a decode error or as zeroed tensors: both become
+    // Error(RpcLost) here, before any token computed from them is returned.
+    check_rpc();
+    StepResult out;
+    try {
+        out = step_once();
+    } catch (const Error &) {
+        check_rpc();
+        throw;
+    }
+    check_rpc();
+    return out;
+}
+
+StepResult Session::step_once() {
+    StepResult out;
     if (finished_) {
         out.finished = true;
         return out;

@@ -48,6 +48,8 @@ public:
     // begin/step/end run without the GIL; one generation at a time.
     void begin(const std::vector<int32_t> & prompt, const GenerateOptions & opts);
     StepResult step();
+    // Throws Error(RpcLost) when a connection to an RPC server of the models was lost.
+    void check_rpc() const;
     void end();
     void cancel() { cancel_requested_.store(true); }
     bool active() const { return active_.load(); }
@@ -93,6 +95,7 @@ private:
     void save_state();
     void restore_state(const SavedState & state);
     void pick_saved_state(const std::vector<int32_t> & prompt);
+    StepResult step_once();
 
     // One draft/verify iteration, in phases (each timed into its bucket of `c`).
     void speculative_iteration(StepResult & out);

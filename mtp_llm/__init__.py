@@ -22,6 +22,7 @@ from .errors import (
     MissingMTPHeadError,
     ModelLoadError,
     MTPError,
+    RPCConnectionError,
     SessionBusyError,
     ToolSchemaError,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "MissingMTPHeadError",
     "Model",
     "ModelLoadError",
+    "RPCConnectionError",
     "SessionBusyError",
     "StatsEvent",
     "TimingUs",

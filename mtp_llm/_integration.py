@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .chat import DEFAULT_CHAT_TEMPLATE, chat_format
-from .errors import InvalidOptionError
+from .errors import InvalidOptionError, MTPError
 from .model import Model
 from .options import GenerationOptions, SessionOptions, normalize_stop
 from .session import MTP
@@ -55,8 +55,11 @@ class EngineSpec:
     draft_model_path: str | None = None
     """Sidecar GGUF holding the MTP head (``mtp-*.gguf``); None = the one beside a trunk-only
     target or fetched with it from the repository, if any."""
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | None = None
+    """Layers offloaded (None: 0, or every layer with ``rpc_servers``)."""
     use_mmap: bool = True
+    rpc_servers: tuple[str, ...] | None = None
+    """``host:port`` of ``mtp-llm rpc-server`` processes holding offloaded layers (docs/scale-out.md)."""
     session_options: SessionOptions = dataclasses.field(default_factory=SessionOptions)
     """What the session is created with."""
 
@@ -73,6 +76,8 @@ class EngineSpec:
         """The spec of an integration instance, read by field name: its attributes named
         like this class's fields and like every :class:`SessionOptions` field."""
         loading = {f.name: getattr(instance, f.name) for f in dataclasses.fields(cls) if f.name != "session_options"}
+        if loading["rpc_servers"] is not None:
+            loading["rpc_servers"] = tuple(loading["rpc_servers"])
         session = {f.name: getattr(instance, f.name) for f in dataclasses.fields(SessionOptions)}
         return cls(**loading, session_options=SessionOptions(**session))
 
@@ -97,17 +102,38 @@ def resolve_model_path(model_path: str | None) -> str:
 
 
 _lock = threading.Lock()
-_models: dict[tuple[str, bool, int, bool], Model] = {}
+_models: dict[tuple[str, bool, int, bool, tuple[str, ...]], Model] = {}
 _sessions: dict[EngineSpec, MTP] = {}
 
 
-def get_model(path: str, *, load_mtp: bool = True, n_gpu_layers: int = 0, use_mmap: bool = True) -> Model:
-    """Load a model once per process and settings."""
-    key = (os.path.realpath(path), load_mtp, n_gpu_layers, use_mmap)
+def get_model(
+    path: str,
+    *,
+    load_mtp: bool = True,
+    n_gpu_layers: int | None = None,
+    use_mmap: bool = True,
+    rpc_servers: Sequence[str] | None = None,
+) -> Model:
+    """Load a model once per process and settings. A model whose RPC server was lost is
+    loaded again (its remote layers are gone)."""
+    servers = tuple(rpc_servers or ())
+    if n_gpu_layers is None:  # Model.load's default, spelled out so equal settings share a model
+        n_gpu_layers = -1 if servers else 0
+    key = (os.path.realpath(path), load_mtp, n_gpu_layers, use_mmap, servers)
     with _lock:
         model = _models.get(key)
+    if model is not None and servers:
+        try:
+            model.check_rpc()
+        except MTPError:
+            with _lock:
+                if _models.get(key) is model:
+                    del _models[key]
+            model = None
     if model is None:
-        model = Model.load(path, load_mtp=load_mtp, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap)
+        model = Model.load(
+            path, load_mtp=load_mtp, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, rpc_servers=list(servers) or None
+        )
         with _lock:
             model = _models.setdefault(key, model)
     return model
@@ -121,6 +147,11 @@ def get_session(spec: EngineSpec, model: Model | None = None) -> MTP:
         return _new_session(model, spec)
     with _lock:
         session = _sessions.get(spec)
+    if session is not None and spec.rpc_servers and not _rpc_alive(session):
+        with _lock:
+            if _sessions.get(spec) is session:
+                del _sessions[spec]
+        session = None
     if session is not None:
         return session
     model, sidecar = _load_target(spec)
@@ -129,12 +160,26 @@ def get_session(spec: EngineSpec, model: Model | None = None) -> MTP:
         return _sessions.setdefault(spec, session)
 
 
+def _rpc_alive(session: MTP) -> bool:
+    """False once a connection to an RPC server of the session's models was lost: the next
+    call then loads the model again (the error of the call that found it is raised as is)."""
+    try:
+        session.model.check_rpc()
+        if session.draft_model is not None:
+            session.draft_model.check_rpc()
+    except MTPError:
+        return False
+    return True
+
+
 def _load_target(spec: EngineSpec) -> tuple[Model, Path | None]:
     """The target of ``spec`` (a local path or a Hub repository), loaded once per process, and
     the sidecar head fetched with it from the repository."""
 
     def load(path: str | Path) -> Model:
-        return get_model(os.fspath(path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap)
+        return get_model(
+            os.fspath(path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap, rpc_servers=spec.rpc_servers
+        )
 
     if spec.repo_id is None or spec.filename is None:
         return load(resolve_model_path(spec.model_path)), None
@@ -151,7 +196,11 @@ def _new_session(model: Model, spec: EngineSpec, sidecar: Path | None = None) ->
     the one beside the file (loaded once per process)."""
     auto = model.sidecar_path if spec.session_options.may_draft else None
     path = spec.draft_model_path or sidecar or auto
-    draft = get_model(os.fspath(path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap) if path else None
+    draft = (
+        get_model(os.fspath(path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap, rpc_servers=spec.rpc_servers)
+        if path
+        else None
+    )
     return MTP.from_options(model, spec.session_options, draft_model=draft)
 
 

@@ -24,15 +24,24 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         help="target from a Hugging Face Hub repository; FILE may be a glob such as '*Q4_K_M.gguf' "
         "(default '*.gguf': the repository's one model); needs mtp-llm[hub]",
     )
+    p.add_argument(
+        "--rpc",
+        metavar="HOST:PORT[,...]",
+        help="spread the model over these `mtp-llm rpc-server` processes (see docs/scale-out.md)",
+    )
+    p.add_argument(
+        "--n-gpu-layers", type=int, default=None, help="layers offloaded, from the last (-1 = all; default: all with --rpc)"
+    )
 
 
 def _load_model(args: argparse.Namespace) -> Model:
     from .model import Model
 
+    load = dict(rpc_servers=args.rpc.split(",") if args.rpc else None, n_gpu_layers=args.n_gpu_layers)
     if args.hf:
         repo, _, pattern = args.hf.partition(":")
-        return Model.from_pretrained(repo, pattern or "*.gguf")
-    return Model.load(args.model) if args.model else Model.load_default()
+        return Model.from_pretrained(repo, pattern or "*.gguf", **load)
+    return Model.load(args.model, **load) if args.model else Model.load_default(**load)
 
 
 def _add_session_args(p: argparse.ArgumentParser) -> None:
@@ -166,6 +175,37 @@ def cmd_draft_head(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rpc_server(args: argparse.Namespace) -> int:
+    """Serve this machine's devices with ggml's RPC server until interrupted."""
+    import ipaddress
+    import os
+    import signal
+    import socket
+
+    from . import _core
+
+    try:
+        host = socket.gethostbyname(args.host)
+    except OSError as exc:
+        print(f"mtp-llm rpc-server: cannot resolve --host {args.host!r}: {exc}", file=sys.stderr)
+        return 2
+    if not ipaddress.ip_address(host).is_loopback:
+        print(
+            f"mtp-llm rpc-server: WARNING: listening on {host}, reachable from other machines. The RPC protocol "
+            "has no authentication or encryption: anyone who can connect can read and write this process's "
+            "memory buffers and run computations. Only use it on a trusted private network.",
+            file=sys.stderr,
+        )
+    if args.cache_dir:
+        os.makedirs(args.cache_dir, exist_ok=True)
+    # The server loop runs in native code: let Ctrl-C and SIGTERM end the process at once.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    print(f"mtp-llm rpc-server: serving on {host}:{args.port} (protocol {_core.rpc_protocol_version()})", flush=True)
+    _core.rpc_serve(f"{host}:{args.port}", args.cache_dir or "", args.threads or 0)
+    return 1  # rpc_serve returns only by raising
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mtp-llm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -199,6 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
     head.add_argument("--type", default="q8_0", choices=["f16", "q8_0", "q4_0"], help="matrix type (default q8_0)")
     head.add_argument("--out", help="output file or directory (default: mtp-<stem>-<type>.gguf beside the model)")
     head.set_defaults(func=cmd_draft_head)
+
+    rpc = sub.add_parser(
+        "rpc-server",
+        help="serve this machine's devices to other machines' models (ggml RPC; trusted networks only)",
+    )
+    rpc.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    rpc.add_argument("--port", type=int, default=50052, help="TCP port (default 50052)")
+    rpc.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    rpc.add_argument("--cache-dir", default=None, help="cache large tensors here, so a reload skips sending them")
+    rpc.set_defaults(func=cmd_rpc_server)
 
     try:
         from .bench import add_bench_parser

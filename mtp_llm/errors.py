@@ -65,6 +65,12 @@ class GenerationCancelledError(MTPError):
     """The generation was cancelled with :meth:`MTP.cancel`; the session stays usable."""
 
 
+class RPCConnectionError(MTPError, ConnectionError):
+    """The connection to an RPC server holding part of the model was lost (server stopped,
+    machine gone): the model's layers on it are gone; restart the server and load the model
+    again. Unreachable or incompatible servers at load time raise :class:`ModelLoadError`."""
+
+
 class DecodeError(MTPError, RuntimeError):
     """llama.cpp failed while decoding (out of memory, backend failure)."""
 
@@ -83,6 +89,7 @@ __all__ = [
     "MTPError",
     "MissingMTPHeadError",
     "ModelLoadError",
+    "RPCConnectionError",
     "SessionBusyError",
     "ToolSchemaError",
 ]

@@ -163,10 +163,14 @@ class _MTPParams(BaseModel):
     fuse_catch_up: bool = True
     """Decode the MTP head's catch-up with its first draft step (one head decode less
     per iteration) where it applies; False = llama.cpp's own draft-mtp driver."""
-    n_gpu_layers: int = 0
-    """Layers offloaded to a GPU backend."""
+    n_gpu_layers: int | None = None
+    """Layers offloaded to GPU backends and RPC servers, counted from the last; -1 = all
+    (None = 0, or all with ``rpc_servers``)."""
     use_mmap: bool = True
     """Memory-map the model file."""
+    rpc_servers: list[str] | None = None
+    """``host:port`` of ``mtp-llm rpc-server`` processes that hold offloaded layers
+    (see docs/scale-out.md); checked before loading and before each call."""
 
     max_tokens: int | None = None
     """Maximum tokens generated per call (None = the engine's default, 256)."""

@@ -164,8 +164,18 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
         description="Decode the MTP head's catch-up with its first draft step (one head decode less per "
         "iteration) where it applies; False = llama.cpp's own draft-mtp driver.",
     )
-    n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
+    n_gpu_layers: int | None = Field(
+        default=None,
+        ge=-1,
+        description="Layers offloaded to GPU backends and RPC servers, counted from the last; -1 = all "
+        "(None = 0, or all with rpc_servers).",
+    )
     use_mmap: bool = Field(default=True, description="Memory-map the model file.")
+    rpc_servers: list[str] | None = Field(
+        default=None,
+        description="host:port of `mtp-llm rpc-server` processes that hold offloaded layers (docs/scale-out.md); "
+        "checked before loading and before each call.",
+    )
     chat_template: str | None = Field(default=None, description="Jinja chat template overriding the GGUF's.")
     enable_thinking: bool = Field(
         default=True, description="Let reasoning models think (templates with a switch); a call may pass its own."

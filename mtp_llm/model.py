@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from . import _core
 from .errors import InvalidOptionError, InvalidPromptError
@@ -37,9 +37,13 @@ class Model:
         path: str | os.PathLike[str],
         *,
         load_mtp: bool = True,
-        n_gpu_layers: int = 0,
+        n_gpu_layers: int | None = None,
         use_mmap: bool = True,
         use_mlock: bool = False,
+        rpc_servers: Sequence[str] | None = None,
+        tensor_split: Sequence[float] | None = None,
+        mtp_placement: Literal["local", "layers"] = "local",
+        rpc_timeout: float = 5.0,
     ) -> Model:
         """Load a GGUF file.
 
@@ -47,12 +51,38 @@ class Model:
             path: the ``.gguf`` file (a target with an embedded MTP head, a
                 trunk-only target, or an ``mtp-*.gguf`` sidecar).
             load_mtp: load the MTP head's tensors (needed for speculation).
-            n_gpu_layers: layers to offload to a GPU backend (0 on CPU builds).
+            n_gpu_layers: layers to offload to GPU backends and RPC servers, counted from the
+                last layer; -1 = all. None: 0, or all with ``rpc_servers``.
             use_mmap: map the file instead of reading it.
             use_mlock: lock the weights in RAM.
+            rpc_servers: ``"host:port"`` of ``mtp-llm rpc-server`` processes (ggml's RPC
+                backend) whose devices take offloaded layers (see docs/scale-out.md). Each is
+                checked (connection and protocol handshake) before loading.
+            tensor_split: share of the offloaded layers per device: each server's devices in
+                ``rpc_servers`` order, then local GPUs (None = by free memory).
+            mtp_placement: ``"local"`` keeps the MTP head's layers in this process's memory,
+                so drafting needs no network round trip; ``"layers"`` places them like the
+                other layers (offloaded last layers go to the last device).
+            rpc_timeout: seconds to wait for each server's connection and handshake.
+
+        Raises:
+            ModelLoadError: also for an RPC endpoint that is malformed, unreachable, busy
+                (a server takes one client at a time) or speaks another protocol version.
         """
-        native = _core.Model(os.fspath(path), load_mtp, n_gpu_layers, use_mmap, use_mlock)
-        return cls(native, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock)
+        servers = _endpoints(rpc_servers)
+        split = [float(x) for x in tensor_split] if tensor_split is not None else []
+        if mtp_placement not in ("local", "layers"):
+            raise InvalidOptionError(f"mtp_placement must be 'local' or 'layers' (got {mtp_placement!r})")
+        layers = n_gpu_layers if n_gpu_layers is not None else (-1 if servers else 0)
+        native = _core.Model(
+            os.fspath(path), load_mtp, layers, use_mmap, use_mlock, servers, split, mtp_placement == "local", rpc_timeout
+        )
+        options: dict[str, Any] = dict(n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock)
+        if servers:
+            options.update(
+                rpc_servers=servers, tensor_split=tensor_split, mtp_placement=mtp_placement, rpc_timeout=rpc_timeout
+            )
+        return cls(native, **options)
 
     @classmethod
     def from_pretrained(
@@ -116,6 +146,22 @@ class Model:
     @property
     def path(self) -> Path:
         return Path(self._native.path)
+
+    @property
+    def rpc_servers(self) -> list[str]:
+        """The RPC servers holding part of this model (empty for a local model)."""
+        return list(self._native.rpc_servers)
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices offloaded layers went to (RPC servers first, then local GPUs; the CPU
+        holds the rest)."""
+        return list(self._native.devices)
+
+    def check_rpc(self) -> None:
+        """Raise :class:`RPCConnectionError` if the connection to one of :attr:`rpc_servers`
+        was lost (every generation checks this before and after each step)."""
+        self._native.check_rpc()
 
     @property
     def architecture(self) -> str:
@@ -260,6 +306,18 @@ class Model:
             f"Model(path={str(self.path)!r}, architecture={self.architecture!r}, "
             f"n_embd={self.n_embd}, n_mtp_heads={self.n_mtp_heads})"
         )
+
+
+def _endpoints(rpc_servers: Sequence[str] | str | None) -> list[str]:
+    """``rpc_servers`` as a list of ``host:port`` strings (a comma-separated string is accepted)."""
+    if rpc_servers is None:
+        return []
+    if isinstance(rpc_servers, str):
+        rpc_servers = [s for s in rpc_servers.split(",") if s.strip()]
+    servers = [s.strip() for s in rpc_servers if isinstance(s, str)]
+    if len(servers) != len(rpc_servers):
+        raise InvalidOptionError(f"rpc_servers must be 'host:port' strings (got {rpc_servers!r})")
+    return servers
 
 
 def _as_pair(message: Message) -> tuple[str, str]:
