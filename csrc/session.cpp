@@ -258,6 +258,8 @@ void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions &
         first_token_seen_ = false;
 
         cache_this_call_ = g.cache_prompt.value_or(opts_.cache_prompt);
+        head_followed_ = head_follows_;  // whether the previous call kept the head in step
+        head_follows_ = drafting();
         if (cache_this_call_) {
             pick_saved_state(prompt);
         }
@@ -327,7 +329,8 @@ size_t Session::reuse_prefix(const std::vector<int32_t> & prompt) {
         return 0;
     }
     if (drafter_) {
-        drafter_->keep_prefix((llama_pos) n, exact);
+        // A call that did not draft left the head's carried hidden state behind.
+        drafter_->keep_prefix((llama_pos) n, exact && head_followed_);
     } else if (spec_) {
         // llama.cpp's driver keeps its own carry-over state: start its head afresh when it drafts.
         llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), 0, -1, -1);

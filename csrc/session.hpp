@@ -133,6 +133,8 @@ private:
     std::atomic<int32_t> active_n_draft_{0};  // longest draft of this call; written by begin() without the GIL, read by stats readers
     bool auto_draft_ = false;                 // this call's lengths come from controller_
     bool cache_this_call_ = false;            // this call's cache_prompt
+    bool head_follows_ = false;               // this call feeds the head (it may draft)
+    bool head_followed_ = false;              // the previous call did
     bool cache_valid_ = false;                // the contexts hold exactly context_tokens_ (a whole step completed)
     size_t reused_ = 0;                       // prompt positions this call took from the contexts
     std::list<SavedState> saved_;             // most recent first
