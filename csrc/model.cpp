@@ -9,7 +9,9 @@
 #include "chat.h"
 #include "common.h"
 #include "errors.hpp"
+#include "ggml-backend.h"
 #include "gguf.h"
+#include "llama-model.h"  // tensors_by_name: where each weight was placed
 #include "runtime.hpp"
 
 namespace mtp {
@@ -123,6 +125,25 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
     mp.load_mode = opts.use_mmap ? (opts.use_mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP)
                                  : (opts.use_mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE);
     mp.load_mtp = opts.load_mtp;
+    // The head's blocks go to mtp_device through buffer-type overrides (the patterns must
+    // outlive the load): the trunk follows n_gpu_layers, the head stays where it is put.
+    std::vector<std::string> patterns;
+    std::vector<llama_model_tensor_buft_override> overrides;
+    if (!opts.mtp_device.empty()) {
+        ggml_backend_dev_t dev = placement_device(opts.mtp_device);
+        if (info_.n_nextn <= 0) {
+            fail(ErrorKind::InvalidOption, "mtp_device='" + opts.mtp_device + "' but '" + path +
+                                               "' has no MTP head to place (it declares no nextn layers)");
+        }
+        for (int64_t il = head_first_block(); il < info_.block_count; ++il) {
+            patterns.push_back("^blk\\." + std::to_string(il) + "\\.");
+        }
+        for (const auto & p : patterns) {
+            overrides.push_back({p.c_str(), ggml_backend_dev_buffer_type(dev)});
+        }
+        overrides.push_back({nullptr, nullptr});
+        mp.tensor_buft_overrides = overrides.data();
+    }
     clear_log();
     llama_model * m = llama_model_load_from_file(path.c_str(), mp);
     if (m == nullptr) {
@@ -142,6 +163,25 @@ int32_t Model::n_embd() const { return llama_model_n_embd(model_.get()); }
 int32_t Model::n_ctx_train() const { return llama_model_n_ctx_train(model_.get()); }
 int32_t Model::n_layer() const { return llama_model_n_layer(model_.get()); }
 int32_t Model::n_mtp_heads() const { return llama_model_n_layer_nextn(model_.get()); }
+
+std::vector<std::string> Model::weight_devices(int32_t first, int32_t last, bool output) const {
+    std::vector<std::string> out;
+    for (const auto & [name, tensor] : model_->tensors_by_name) {
+        if (tensor == nullptr || tensor->buffer == nullptr) {
+            continue;
+        }
+        bool wanted = output && (name.rfind("output.", 0) == 0 || name.rfind("output_norm.", 0) == 0);
+        if (!wanted && name.rfind("blk.", 0) == 0) {
+            const int32_t il = std::atoi(name.c_str() + 4);
+            wanted = il >= first && il < last;
+        }
+        if (wanted) {
+            out.push_back(buffer_device_name(ggml_backend_buffer_get_type(tensor->buffer)));
+        }
+    }
+    sort_device_names(out);
+    return out;
+}
 uint64_t Model::n_params() const { return llama_model_n_params(model_.get()); }
 uint64_t Model::size_bytes() const { return llama_model_size(model_.get()); }
 int32_t Model::token_bos() const { return llama_vocab_bos(vocab()); }

@@ -25,6 +25,7 @@ from .errors import (
     SessionBusyError,
     ToolSchemaError,
 )
+from .devices import Device, GPUUnavailableWarning, list_backends, list_devices
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import MTP_ARCHITECTURES, Model
 from .options import DraftLength, GenerationOptions, SessionOptions
@@ -41,6 +42,8 @@ __all__ = [
     "ChatTemplateError",
     "ContextOverflowError",
     "DecodeError",
+    "Device",
+    "GPUUnavailableWarning",
     "DoneEvent",
     "EogEvent",
     "Event",
@@ -64,4 +67,6 @@ __all__ = [
     "TimingUs",
     "TokenEvent",
     "ToolSchemaError",
+    "list_backends",
+    "list_devices",
 ]

@@ -158,7 +158,7 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
         description="Decode the MTP head's catch-up with its first draft step (one head decode less per "
         "iteration) where it applies; False = llama.cpp's own draft-mtp driver.",
     )
-    n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
+    n_gpu_layers: int = Field(default=0, ge=-1, description="Layers offloaded to a GPU backend (-1: all).")
     use_mmap: bool = Field(default=True, description="Memory-map the model file.")
     chat_template: str | None = Field(default=None, description="Jinja chat template overriding the GGUF's.")
     enable_thinking: bool = Field(
@@ -465,7 +465,7 @@ class MTPEmbedding(BaseEmbedding):
 
     model_path: str | None = Field(default=None, description="GGUF file; None = the built-in default model.")
     n_threads: int | None = Field(default=None, gt=0, description="Threads (None = all cores).")
-    n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
+    n_gpu_layers: int = Field(default=0, ge=-1, description="Layers offloaded to a GPU backend (-1: all).")
 
     _model: Model | None = PrivateAttr(default=None)
 

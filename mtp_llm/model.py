@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import _core
+from .devices import GPUUnavailableWarning
 from .errors import InvalidOptionError, InvalidPromptError
 
 Message = Mapping[str, Any] | tuple[str, str]
@@ -40,6 +42,7 @@ class Model:
         n_gpu_layers: int = 0,
         use_mmap: bool = True,
         use_mlock: bool = False,
+        mtp_device: str | None = None,
     ) -> Model:
         """Load a GGUF file.
 
@@ -47,12 +50,36 @@ class Model:
             path: the ``.gguf`` file (a target with an embedded MTP head, a
                 trunk-only target, or an ``mtp-*.gguf`` sidecar).
             load_mtp: load the MTP head's tensors (needed for speculation).
-            n_gpu_layers: layers to offload to a GPU backend (0 on CPU builds).
+            n_gpu_layers: layers to offload to the GPU(s), counted from the top: the output
+                layer, then the MTP head, then the trunk's last blocks; -1 offloads all.
+                Without a GPU device (a CPU build) anything but 0 warns
+                (:class:`~mtp_llm.GPUUnavailableWarning`) and runs on the CPU.
             use_mmap: map the file instead of reading it.
             use_mlock: lock the weights in RAM.
+            mtp_device: the device for the MTP head's layers and its context's KV cache
+                (a name from :func:`~mtp_llm.list_devices`: ``"CPU"``, ``"CUDA0"``,
+                ``"Vulkan0"``, ...); None leaves the head where ``n_gpu_layers`` puts it.
+
+        Raises:
+            InvalidOptionError: ``mtp_device`` names no device there is (the message lists them),
+                or the file has no MTP head to place.
         """
-        native = _core.Model(os.fspath(path), load_mtp, n_gpu_layers, use_mmap, use_mlock)
-        return cls(native, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock)
+        if isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int):
+            raise InvalidOptionError(f"n_gpu_layers must be an int (got {type(n_gpu_layers).__name__})")
+        if n_gpu_layers < -1:
+            raise InvalidOptionError("n_gpu_layers must be >= -1 (-1 offloads every layer)")
+        if mtp_device is not None and not isinstance(mtp_device, str):
+            raise InvalidOptionError(f"mtp_device must be a device name or None (got {type(mtp_device).__name__})")
+        if n_gpu_layers != 0 and not _core.has_gpu():
+            warnings.warn(
+                f"n_gpu_layers={n_gpu_layers} but this mtp_llm build has no GPU device (backends: "
+                f"{', '.join(_core.list_backends())}): the model runs on the CPU; see docs/gpu.md to build with CUDA, "
+                "Vulkan, Metal or HIP",
+                GPUUnavailableWarning,
+                stacklevel=2,
+            )
+        native = _core.Model(os.fspath(path), load_mtp, n_gpu_layers, use_mmap, use_mlock, mtp_device or "")
+        return cls(native, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock, mtp_device=mtp_device)
 
     @classmethod
     def from_pretrained(
@@ -196,6 +223,16 @@ class Model:
     @property
     def load_mtp(self) -> bool:
         return self._native.load_mtp
+
+    @property
+    def n_gpu_layers(self) -> int:
+        """Layers offloaded as asked at load (-1: all)."""
+        return int(self._native.n_gpu_layers)
+
+    @property
+    def mtp_device(self) -> str | None:
+        """The device the MTP head was placed on at load, or None (where ``n_gpu_layers`` put it)."""
+        return self._native.mtp_device or None
 
     @property
     def n_params(self) -> int:
