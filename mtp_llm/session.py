@@ -211,7 +211,7 @@ class MTP:
         the devices holding its layers' weights and its KV cache, e.g.
         ``{"target": ["CUDA0"], "mtp": ["CPU"]}`` (ggml's device names, CPU first)."""
         self._check_open()
-        return {name: list(devs) for name, devs in self._native.devices.items()}
+        return {name: sorted(devs, key=lambda d: d != "CPU") for name, devs in self._native.devices.items()}
 
     @property
     def flash_attn(self) -> str:
