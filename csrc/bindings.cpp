@@ -116,6 +116,24 @@ PYBIND11_MODULE(_core, m) {
     m.def("single_head_mtp_architectures", &mtp::single_head_mtp_architectures,
           "Architectures whose MTP graph runs exactly one head.");
 
+    m.def("list_backends", &mtp::list_backends, "Names of the ggml backends in this build (CPU, CUDA, Vulkan, ...).");
+    m.def("list_devices", [] {
+        py::list out;
+        for (const auto & d : mtp::list_devices()) {
+            py::dict e;
+            e["name"] = d.name;
+            e["description"] = to_str(d.description);
+            e["type"] = d.type;
+            e["backend"] = d.backend;
+            e["memory_free"] = d.memory_free;
+            e["memory_total"] = d.memory_total;
+            out.append(e);
+        }
+        return out;
+    }, "ggml's devices with their type, backend and memory in bytes.");
+    m.def("has_gpu", [] { mtp::ensure_backend(); return mtp::has_accelerator(); },
+          "A GPU or integrated-GPU device is there to offload layers to.");
+
     m.def("json_schema_grammar", &mtp::json_schema_grammar, py::arg("schema_json"),
           "GBNF grammar accepting exactly the JSON documents that match a JSON schema.");
 
@@ -154,7 +172,7 @@ PYBIND11_MODULE(_core, m) {
     py::class_<mtp::Model, std::shared_ptr<mtp::Model>>(m, "Model")
         .def(py::init([](const std::string & path, bool load_mtp, int n_gpu_layers, bool use_mmap, bool use_mlock,
                          const std::vector<std::string> & rpc_servers, const std::vector<float> & tensor_split,
-                         bool mtp_local, double rpc_timeout) {
+                         bool mtp_local, double rpc_timeout, const std::string & mtp_device) {
                  mtp::ModelOptions o;
                  o.load_mtp = load_mtp;
                  o.n_gpu_layers = n_gpu_layers;
@@ -164,18 +182,21 @@ PYBIND11_MODULE(_core, m) {
                  o.tensor_split = tensor_split;
                  o.mtp_local = mtp_local;
                  o.rpc_timeout = rpc_timeout;
+                 o.mtp_device = mtp_device;
                  py::gil_scoped_release release;
                  return std::make_shared<mtp::Model>(path, o);
              }),
              py::arg("path"), py::arg("load_mtp") = true, py::arg("n_gpu_layers") = 0,
              py::arg("use_mmap") = true, py::arg("use_mlock") = false,
              py::arg("rpc_servers") = std::vector<std::string>{}, py::arg("tensor_split") = std::vector<float>{},
-             py::arg("mtp_local") = true, py::arg("rpc_timeout") = 5.0)
+             py::arg("mtp_local") = true, py::arg("rpc_timeout") = 5.0, py::arg("mtp_device") = "")
         .def_property_readonly("rpc_servers", [](const mtp::Model & self) { return self.options().rpc_servers; })
         .def_property_readonly("devices", &mtp::Model::device_names)
         .def("check_rpc", &mtp::Model::check_rpc, "Raise RPCConnectionError if a connection to a server was lost.")
         .def_property_readonly("path", &mtp::Model::path)
         .def_property_readonly("load_mtp", [](const mtp::Model & self) { return self.options().load_mtp; })
+        .def_property_readonly("n_gpu_layers", [](const mtp::Model & self) { return self.options().n_gpu_layers; })
+        .def_property_readonly("mtp_device", [](const mtp::Model & self) { return self.options().mtp_device; })
         .def_property_readonly("architecture", &mtp::Model::architecture)
         .def_property_readonly("description", &mtp::Model::description)
         .def_property_readonly("n_vocab", &mtp::Model::n_vocab)
@@ -325,5 +346,6 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("n_draft_max", [](const mtp::Session & self) { return mtp::longest_draft(self.options()); })
         .def_property_readonly("rollback_mode", &mtp::Session::rollback_mode)
         .def_property_readonly("flash_attn", &mtp::Session::flash_attn)
-        .def_property_readonly("mtp_driver", &mtp::Session::mtp_driver);
+        .def_property_readonly("mtp_driver", &mtp::Session::mtp_driver)
+        .def_property_readonly("devices", &mtp::Session::devices);
 }

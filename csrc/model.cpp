@@ -9,9 +9,11 @@
 #include "chat.h"
 #include "common.h"
 #include "errors.hpp"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml-rpc.h"
 #include "gguf.h"
+#include "llama-model.h"  // tensors_by_name: where each weight was placed
 #include "rpc.hpp"
 #include "runtime.hpp"
 
@@ -130,8 +132,6 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
     // RPC: the servers' devices (checked first: ggml aborts on a failed connection), then the
     // local accelerators, which llama.cpp would otherwise pick from the registry.
     std::vector<ggml_backend_dev_t> devices;
-    std::vector<std::string> patterns;
-    std::vector<llama_model_tensor_buft_override> overrides;
     std::vector<float> split;
     const bool remote = !opts.rpc_servers.empty() && !(opts.mtp_local && is_mtp_sidecar());
     if (!opts.rpc_servers.empty()) {
@@ -160,18 +160,35 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
         }
         devices.push_back(nullptr);
         mp.devices = devices.data();
-        if (opts.mtp_local && info_.n_nextn > 0 && info_.block_count > info_.n_nextn) {
-            // The head's blocks are the last n_nextn of block_count (blk.<n_layer + i>).
-            std::string alt;
-            for (int64_t il = info_.block_count - info_.n_nextn; il < info_.block_count; ++il) {
-                alt += (alt.empty() ? "" : "|") + std::to_string(il);
-            }
-            patterns.push_back("^blk\\.(" + alt + ")\\.");
-            overrides.push_back({patterns.back().c_str(), ggml_backend_cpu_buffer_type()});
-            overrides.push_back({nullptr, nullptr});
-            mp.tensor_buft_overrides = overrides.data();
-        }
     }
+
+    // The head's blocks (blk.<n_layer + i>) go where they are put through buffer-type
+    // overrides (the patterns must outlive the load): mtp_device when given, else this
+    // process's memory when the trunk is spread over RPC servers (mtp_local).
+    ggml_backend_buffer_type_t head_buft = nullptr;
+    if (!opts.mtp_device.empty()) {
+        ggml_backend_dev_t dev = placement_device(opts.mtp_device);
+        if (info_.n_nextn <= 0) {
+            fail(ErrorKind::InvalidOption, "mtp_device='" + opts.mtp_device + "' but '" + path +
+                                               "' has no MTP head to place (it declares no nextn layers)");
+        }
+        head_buft = ggml_backend_dev_buffer_type(dev);
+    } else if (remote && opts.mtp_local && info_.n_nextn > 0 && info_.block_count > info_.n_nextn) {
+        head_buft = ggml_backend_cpu_buffer_type();
+    }
+    std::vector<std::string> patterns;
+    std::vector<llama_model_tensor_buft_override> overrides;
+    if (head_buft != nullptr) {
+        for (int64_t il = head_first_block(); il < info_.block_count; ++il) {
+            patterns.push_back("^blk\\." + std::to_string(il) + "\\.");
+        }
+        for (const auto & p : patterns) {
+            overrides.push_back({p.c_str(), head_buft});
+        }
+        overrides.push_back({nullptr, nullptr});
+        mp.tensor_buft_overrides = overrides.data();
+    }
+
     if (!opts.tensor_split.empty()) {
         const size_t n_dev = remote ? devices.size() - 1 : 0;
         if (opts.tensor_split.size() > std::max<size_t>(n_dev, 1) || opts.tensor_split.size() > llama_max_devices()) {
@@ -235,6 +252,25 @@ int32_t Model::n_embd() const { return llama_model_n_embd(model_.get()); }
 int32_t Model::n_ctx_train() const { return llama_model_n_ctx_train(model_.get()); }
 int32_t Model::n_layer() const { return llama_model_n_layer(model_.get()); }
 int32_t Model::n_mtp_heads() const { return llama_model_n_layer_nextn(model_.get()); }
+
+std::vector<std::string> Model::weight_devices(int32_t first, int32_t last, bool output) const {
+    std::vector<std::string> out;
+    for (const auto & [name, tensor] : model_->tensors_by_name) {
+        if (tensor == nullptr || tensor->buffer == nullptr) {
+            continue;
+        }
+        bool wanted = output && (name.rfind("output.", 0) == 0 || name.rfind("output_norm.", 0) == 0);
+        if (!wanted && name.rfind("blk.", 0) == 0) {
+            const int32_t il = std::atoi(name.c_str() + 4);
+            wanted = il >= first && il < last;
+        }
+        if (wanted) {
+            out.push_back(buffer_device_name(ggml_backend_buffer_get_type(tensor->buffer)));
+        }
+    }
+    sort_device_names(out);
+    return out;
+}
 uint64_t Model::n_params() const { return llama_model_n_params(model_.get()); }
 uint64_t Model::size_bytes() const { return llama_model_size(model_.get()); }
 int32_t Model::token_bos() const { return llama_vocab_bos(vocab()); }

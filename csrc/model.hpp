@@ -27,6 +27,9 @@ struct ModelOptions {
     bool mtp_local = true;
     // Seconds to wait for each RPC server's connection and handshake.
     double rpc_timeout = 5.0;
+    // A ggml device ("CPU", "CUDA0", "Vulkan0", ...) for the MTP head's layers, whatever
+    // n_gpu_layers does with the trunk; "" leaves them where n_gpu_layers puts them.
+    std::string mtp_device;
 };
 
 
@@ -56,6 +59,11 @@ public:
     int32_t n_ctx_train() const;
     int32_t n_layer() const;
     int32_t n_mtp_heads() const;
+    // The first of the MTP head's blocks (blk.{n_layer} .. blk.{block_count - 1}).
+    int32_t head_first_block() const { return (int32_t) (info_.block_count - info_.n_nextn); }
+    // Devices holding the weights of blocks [first, last) and, with `output`, of the
+    // output norm and matrix; in ggml's device order.
+    std::vector<std::string> weight_devices(int32_t first, int32_t last, bool output) const;
     uint64_t n_params() const;
     uint64_t size_bytes() const;
     std::string chat_template() const;      // "" when the GGUF has none

@@ -1,5 +1,6 @@
 #include "runtime.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "errors.hpp"
 #include "ggml-backend.h"
 #include "llama.h"
 #include "log.h"
@@ -88,6 +90,102 @@ bool has_accelerator() {
         if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) return true;
     }
     return false;
+}
+
+namespace {
+
+const char * type_name(enum ggml_backend_dev_type type) {
+    switch (type) {
+        case GGML_BACKEND_DEVICE_TYPE_CPU: return "cpu";
+        case GGML_BACKEND_DEVICE_TYPE_GPU: return "gpu";
+        case GGML_BACKEND_DEVICE_TYPE_IGPU: return "igpu";
+        case GGML_BACKEND_DEVICE_TYPE_ACCEL: return "accel";
+        default: return "meta";
+    }
+}
+
+// What llama.cpp offloads to when a model names no devices (src/llama.cpp): every GPU,
+// or the integrated GPUs where there is none; the CPU always holds what is not offloaded.
+std::vector<ggml_backend_dev_t> placement_devices() {
+    std::vector<ggml_backend_dev_t> cpu, gpus, igpus;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        switch (ggml_backend_dev_type(dev)) {
+            case GGML_BACKEND_DEVICE_TYPE_CPU: cpu.push_back(dev); break;
+            case GGML_BACKEND_DEVICE_TYPE_GPU: gpus.push_back(dev); break;
+            case GGML_BACKEND_DEVICE_TYPE_IGPU: igpus.push_back(dev); break;
+            default: break;
+        }
+    }
+    std::vector<ggml_backend_dev_t> out = cpu;
+    const auto & offload = gpus.empty() ? igpus : gpus;
+    out.insert(out.end(), offload.begin(), offload.end());
+    return out;
+}
+
+}  // namespace
+
+std::vector<std::string> list_backends() {
+    ensure_backend();
+    std::vector<std::string> out;
+    for (size_t i = 0; i < ggml_backend_reg_count(); ++i) {
+        out.emplace_back(ggml_backend_reg_name(ggml_backend_reg_get(i)));
+    }
+    return out;
+}
+
+std::vector<DeviceInfo> list_devices() {
+    ensure_backend();
+    std::vector<DeviceInfo> out;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        DeviceInfo d;
+        d.name = ggml_backend_dev_name(dev);
+        d.description = ggml_backend_dev_description(dev);
+        d.type = type_name(ggml_backend_dev_type(dev));
+        d.backend = ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev));
+        size_t free = 0, total = 0;
+        ggml_backend_dev_memory(dev, &free, &total);
+        d.memory_free = free;
+        d.memory_total = total;
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
+ggml_backend_device * placement_device(const std::string & name) {
+    ensure_backend();
+    std::string known;
+    for (ggml_backend_dev_t dev : placement_devices()) {
+        if (name == ggml_backend_dev_name(dev)) {
+            return dev;
+        }
+        known += (known.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(dev));
+    }
+    fail(ErrorKind::InvalidOption, "no device named '" + name + "' to place the MTP head on; the devices there are: " +
+                                       known + (has_accelerator() ? "" : " (this build has no GPU backend: see docs/gpu.md)"));
+}
+
+std::string buffer_device_name(ggml_backend_buffer_type * buft) {
+    ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+    if (dev == nullptr || (ggml_backend_buft_is_host(buft) && ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_GPU &&
+                           std::string(ggml_backend_buft_name(buft)).find("_Host") != std::string::npos)) {
+        return "CPU";
+    }
+    return ggml_backend_dev_name(dev);
+}
+
+void sort_device_names(std::vector<std::string> & names) {
+    auto rank = [](const std::string & name) {
+        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+            if (name == ggml_backend_dev_name(ggml_backend_dev_get(i))) return i;
+        }
+        return ggml_backend_dev_count();
+    };
+    std::sort(names.begin(), names.end(), [&](const std::string & a, const std::string & b) {
+        return rank(a) != rank(b) ? rank(a) < rank(b) : a < b;
+    });
+    names.erase(std::unique(names.begin(), names.end()), names.end());
 }
 
 }  // namespace mtp

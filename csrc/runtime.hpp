@@ -3,6 +3,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+struct ggml_backend_device;
+struct ggml_backend_buffer_type;
 
 namespace mtp {
 
@@ -19,6 +23,30 @@ int64_t now_us();
 int32_t default_threads();
 // A GPU or integrated-GPU backend is registered.
 bool has_accelerator();
+
+// One ggml device as `mtp-llm info` lists it.
+struct DeviceInfo {
+    std::string name;         // "CPU", "CUDA0", "Vulkan0", "MTL0", "ROCm0", ...
+    std::string description;  // e.g. "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)"
+    std::string type;         // "cpu", "gpu", "igpu", "accel", "meta"
+    std::string backend;      // the registering backend: "CPU", "CUDA", "Vulkan", ...
+    uint64_t memory_free = 0;
+    uint64_t memory_total = 0;
+};
+
+std::vector<std::string> list_backends();
+std::vector<DeviceInfo> list_devices();
+
+// The device called `name` that a model can place weights on: the CPU, or a GPU that
+// llama.cpp offloads to by default; throws Error(InvalidOption) listing those devices.
+ggml_backend_device * placement_device(const std::string & name);
+
+// The device whose memory a buffer type is in: "CPU" for host buffers of a GPU backend
+// (pinned "CUDA_Host" memory is computed on by the CPU), else the device's name.
+std::string buffer_device_name(ggml_backend_buffer_type * buft);
+
+// Sorts device names in ggml's enumeration order and drops duplicates.
+void sort_device_names(std::vector<std::string> & names);
 
 // Adds the time from construction to destruction to a microsecond bucket.
 class ScopedTimer {

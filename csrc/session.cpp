@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "errors.hpp"
+#include "ggml-backend.h"
+#include "llama-ext.h"  // llama_get_memory_breakdown: where a context's KV cache is
 #include "log.h"
 #include "runtime.hpp"
 
@@ -102,6 +104,11 @@ void Session::create_contexts(const Model * head) {
     dp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
     dp.ctx_other = ctx_tgt_.get();
     dp.n_rs_seq = 0;
+    if (head->options().mtp_device == "CPU") {
+        // The head's weights are on the CPU: keep its KV cache and its ops there too.
+        dp.offload_kqv = false;
+        dp.op_offload = false;
+    }
     clear_log();
     ctx_dft_.reset(llama_init_from_model(head->get(), dp));
     if (!ctx_dft_) {
@@ -109,6 +116,7 @@ void Session::create_contexts(const Model * head) {
                                                  head->path() + "'"));
     }
     seq_rm_dft_ = common_context_can_seq_rm(ctx_dft_.get());
+    head_ = head;
 
     if (opts_.fuse_catch_up && MtpDrafter::applies(head->get(), seq_rm_tgt_, seq_rm_dft_)) {
         drafter_ = std::make_unique<MtpDrafter>(ctx_tgt_.get(), ctx_dft_.get(), opts_.p_min);
@@ -134,6 +142,32 @@ std::string Session::flash_attn() const {
         case LLAMA_FLASH_ATTN_TYPE_DISABLED: return "off";
         default: return "auto";
     }
+}
+
+static std::vector<std::string> kv_devices(const llama_context * ctx) {
+    std::vector<std::string> out;
+    for (const auto & [buft, memory] : llama_get_memory_breakdown(ctx)) {
+        if (memory.context > 0) {
+            out.push_back(buffer_device_name(buft));
+        }
+    }
+    return out;
+}
+
+std::map<std::string, std::vector<std::string>> Session::devices() const {
+    std::map<std::string, std::vector<std::string>> out;
+    auto & target = out["target"];
+    const int32_t trunk = target_->head_first_block();
+    target = target_->weight_devices(0, target_->info().n_nextn > 0 ? trunk : INT32_MAX, true);
+    for (auto & d : kv_devices(ctx_tgt_.get())) target.push_back(d);
+    sort_device_names(target);
+    if (ctx_dft_ && head_ != nullptr) {
+        auto & mtp = out["mtp"];
+        mtp = head_->weight_devices(head_->head_first_block(), INT32_MAX, false);
+        for (auto & d : kv_devices(ctx_dft_.get())) mtp.push_back(d);
+        sort_device_names(mtp);
+    }
+    return out;
 }
 
 std::string Session::mtp_driver() const {

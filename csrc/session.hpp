@@ -9,6 +9,7 @@
 #include <atomic>
 #include <list>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -66,6 +67,9 @@ public:
     std::string rollback_mode() const;  // "none", "partial", "rs", "checkpoint"
     std::string flash_attn() const;     // "on", "off", or "auto" (llama.cpp decides per device)
     std::string mtp_driver() const;     // "fused" (MtpDrafter), "upstream" (common_speculative) or "none"
+    // Where each context runs: "target" (and "mtp" with a head) -> the devices holding its
+    // layers' weights and its KV cache, in ggml's device order.
+    std::map<std::string, std::vector<std::string>> devices() const;
 
 private:
     static bool abort_cb(void * data);
@@ -112,6 +116,7 @@ private:
 
     std::shared_ptr<Model> target_;
     std::shared_ptr<Model> draft_model_;
+    const Model * head_ = nullptr;  // target_ or draft_model_ when an MTP context exists
     ContextOptions opts_;
     llama_flash_attn_type flash_attn_type_ = LLAMA_FLASH_ATTN_TYPE_AUTO;
 

@@ -26,6 +26,7 @@ from .errors import (
     SessionBusyError,
     ToolSchemaError,
 )
+from .devices import Device, GPUUnavailableWarning, list_backends, list_devices
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import MTP_ARCHITECTURES, Model
 from .options import DraftLength, GenerationOptions, SessionOptions
@@ -42,6 +43,8 @@ __all__ = [
     "ChatTemplateError",
     "ContextOverflowError",
     "DecodeError",
+    "Device",
+    "GPUUnavailableWarning",
     "DoneEvent",
     "EogEvent",
     "Event",
@@ -66,4 +69,6 @@ __all__ = [
     "TimingUs",
     "TokenEvent",
     "ToolSchemaError",
+    "list_backends",
+    "list_devices",
 ]

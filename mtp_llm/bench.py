@@ -125,11 +125,14 @@ def run_bench(
     rollback: str = "auto",
     flash_attn: bool | None = None,
     draft_head: str | None = None,
+    n_gpu_layers: int = 0,
 ) -> tuple[list[ConfigResult], dict[str, Any]]:
     from .model import Model
     from .session import MTP
 
-    model = Model.load(model_path) if model_path else Model.load_default()
+    model = Model.load(model_path, n_gpu_layers=n_gpu_layers) if model_path else Model.load_default(
+        n_gpu_layers=n_gpu_layers
+    )
     draft = None
     if draft_head:  # the MTP rows draft with the model's head written as a sidecar of this type
         from .default_model import cache_dir
@@ -482,6 +485,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     results, meta = run_bench(
         model_path, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
         args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn], args.draft_head,
+        args.n_gpu_layers,
     )
     rows = to_rows(results)
     table = markdown_table(rows)
@@ -526,6 +530,8 @@ def add_bench_parser(sub: Any) -> None:
                    help="flash attention (default: the engine's choice)")
     p.add_argument("--draft-head", choices=["f16", "q8_0", "q4_0"],
                    help="MTP rows draft with the model's head written as a sidecar of this type (mtp-llm draft-head)")
+    p.add_argument("--n-gpu-layers", type=int, default=0,
+                   help="layers offloaded to the GPU (-1: all; needs a GPU build, see docs/gpu.md)")
     p.add_argument("--wrappers", action="store_true", help="also measure the LangChain/LlamaIndex streaming paths")
     syn = p.add_argument_group("synthetic model (instead of --model; see mtp_llm.gguf.synthetic)")
     syn.add_argument("--synthetic", metavar="SIZE",

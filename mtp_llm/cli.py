@@ -113,6 +113,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from .devices import list_backends, list_devices
+
     model = _load_model(args)
     sidecar = model.sidecar_path
     info = {
@@ -130,6 +134,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         "chat_template": model.chat_template is not None,
         "draft_model": str(sidecar) if sidecar is not None else None,
         "tool_calls": _tool_path(model),
+        "backends": list_backends(),
+        "devices": [asdict(d) for d in list_devices()],
     }
     print(json.dumps(info, indent=2))
     return 0
@@ -221,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("prompt")
     gen.set_defaults(func=cmd_generate)
 
-    info = sub.add_parser("info", help="print a model's metadata and the sidecar head MTP would use")
+    info = sub.add_parser("info", help="print a model's metadata, the sidecar head MTP would use, and ggml's backends and devices (with memory)")
     _add_model_args(info)
     info.set_defaults(func=cmd_info)
 

@@ -481,7 +481,7 @@ class MTPEmbedding(BaseEmbedding):
 
     model_path: str | None = Field(default=None, description="GGUF file; None = the built-in default model.")
     n_threads: int | None = Field(default=None, gt=0, description="Threads (None = all cores).")
-    n_gpu_layers: int = Field(default=0, ge=0, description="Layers offloaded to a GPU backend.")
+    n_gpu_layers: int = Field(default=0, ge=-1, description="Layers offloaded to a GPU backend (-1: all).")
 
     _model: Model | None = PrivateAttr(default=None)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from . import _core
+from .devices import GPUUnavailableWarning
 from .errors import InvalidOptionError, InvalidPromptError
 
 Message = Mapping[str, Any] | tuple[str, str]
@@ -44,6 +46,7 @@ class Model:
         tensor_split: Sequence[float] | None = None,
         mtp_placement: Literal["local", "layers"] = "local",
         rpc_timeout: float = 5.0,
+        mtp_device: str | None = None,
     ) -> Model:
         """Load a GGUF file.
 
@@ -52,7 +55,10 @@ class Model:
                 trunk-only target, or an ``mtp-*.gguf`` sidecar).
             load_mtp: load the MTP head's tensors (needed for speculation).
             n_gpu_layers: layers to offload to GPU backends and RPC servers, counted from the
-                last layer; -1 = all. None: 0, or all with ``rpc_servers``.
+                top: the output layer, then the MTP head, then the trunk's last blocks; -1 = all.
+                None: 0, or all with ``rpc_servers``. Without a GPU device or server (a CPU
+                build) anything but 0 warns (:class:`~mtp_llm.GPUUnavailableWarning`) and runs
+                on the CPU.
             use_mmap: map the file instead of reading it.
             use_mlock: lock the weights in RAM.
             rpc_servers: ``"host:port"`` of ``mtp-llm rpc-server`` processes (ggml's RPC
@@ -60,24 +66,46 @@ class Model:
                 checked (connection and protocol handshake) before loading.
             tensor_split: share of the offloaded layers per device: each server's devices in
                 ``rpc_servers`` order, then local GPUs (None = by free memory).
-            mtp_placement: ``"local"`` keeps the MTP head's layers in this process's memory,
-                so drafting needs no network round trip; ``"layers"`` places them like the
-                other layers (offloaded last layers go to the last device).
+            mtp_placement: with ``rpc_servers``: ``"local"`` keeps the MTP head's layers in this
+                process's memory, so drafting needs no network round trip; ``"layers"`` places
+                them like the other layers.
             rpc_timeout: seconds to wait for each server's connection and handshake.
+            mtp_device: the device for the MTP head's layers and its context's KV cache (a name
+                from :func:`~mtp_llm.list_devices`: ``"CPU"``, ``"CUDA0"``, ``"Vulkan0"``, ...);
+                None leaves the head where ``n_gpu_layers`` / ``mtp_placement`` put it.
 
         Raises:
             ModelLoadError: also for an RPC endpoint that is malformed, unreachable, busy
                 (a server takes one client at a time) or speaks another protocol version.
+            InvalidOptionError: ``mtp_device`` names no device there is (the message lists them),
+                or the file has no MTP head to place.
         """
         servers = _endpoints(rpc_servers)
         split = [float(x) for x in tensor_split] if tensor_split is not None else []
         if mtp_placement not in ("local", "layers"):
             raise InvalidOptionError(f"mtp_placement must be 'local' or 'layers' (got {mtp_placement!r})")
+        if n_gpu_layers is not None and (isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int)):
+            raise InvalidOptionError(f"n_gpu_layers must be an int or None (got {type(n_gpu_layers).__name__})")
+        if n_gpu_layers is not None and n_gpu_layers < -1:
+            raise InvalidOptionError("n_gpu_layers must be >= -1 (-1 offloads every layer)")
+        if mtp_device is not None and not isinstance(mtp_device, str):
+            raise InvalidOptionError(f"mtp_device must be a device name or None (got {type(mtp_device).__name__})")
         layers = n_gpu_layers if n_gpu_layers is not None else (-1 if servers else 0)
+        if layers != 0 and not servers and not _core.has_gpu():
+            warnings.warn(
+                f"n_gpu_layers={layers} but this mtp_llm build has no GPU device (backends: "
+                f"{', '.join(_core.list_backends())}): the model runs on the CPU; see docs/gpu.md to build with CUDA, "
+                "Vulkan, Metal or HIP",
+                GPUUnavailableWarning,
+                stacklevel=2,
+            )
         native = _core.Model(
-            os.fspath(path), load_mtp, layers, use_mmap, use_mlock, servers, split, mtp_placement == "local", rpc_timeout
+            os.fspath(path), load_mtp, layers, use_mmap, use_mlock, servers, split, mtp_placement == "local",
+            rpc_timeout, mtp_device or "",
         )
         options: dict[str, Any] = dict(n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock)
+        if mtp_device is not None:
+            options.update(mtp_device=mtp_device)
         if servers:
             options.update(
                 rpc_servers=servers, tensor_split=tensor_split, mtp_placement=mtp_placement, rpc_timeout=rpc_timeout
@@ -242,6 +270,16 @@ class Model:
     @property
     def load_mtp(self) -> bool:
         return self._native.load_mtp
+
+    @property
+    def n_gpu_layers(self) -> int:
+        """Layers offloaded as asked at load (-1: all)."""
+        return int(self._native.n_gpu_layers)
+
+    @property
+    def mtp_device(self) -> str | None:
+        """The device the MTP head was placed on at load, or None (where ``n_gpu_layers`` put it)."""
+        return self._native.mtp_device or None
 
     @property
     def n_params(self) -> int:

@@ -215,6 +215,14 @@ class MTP:
         return str(self._native.mtp_driver)
 
     @property
+    def devices(self) -> dict[str, list[str]]:
+        """Where each context runs: ``"target"`` and, with an MTP head, ``"mtp"``, each mapped to
+        the devices holding its layers' weights and its KV cache, e.g.
+        ``{"target": ["CUDA0"], "mtp": ["CPU"]}`` (ggml's device names, CPU first)."""
+        self._check_open()
+        return {name: sorted(devs, key=lambda d: d != "CPU") for name, devs in self._native.devices.items()}
+
+    @property
     def flash_attn(self) -> str:
         """Flash attention in effect: "on", "off", or "auto" (llama.cpp decides per device)."""
         return str(self._native.flash_attn)
