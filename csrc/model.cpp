@@ -43,6 +43,29 @@ void require_mtp_graph(const Model & head) {
 
 static void add_split_parts(GgufInfo & info, const gguf_context * first, const std::string & path);
 
+namespace {
+
+// A GGUF file's header (metadata and tensor shapes, no data), owned.
+struct GgufHeader {
+    std::unique_ptr<gguf_context, decltype(&gguf_free)> gguf{nullptr, gguf_free};
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> meta{nullptr, ggml_free};
+};
+
+GgufHeader open_header(const std::string & path) {
+    ggml_context * meta = nullptr;
+    gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta};
+    gguf_context * ctx = gguf_init_from_file(path.c_str(), params);
+    if (ctx == nullptr) {
+        fail(ErrorKind::ModelLoad, with_log("GGUF file is corrupt or truncated: '" + path + "'"));
+    }
+    GgufHeader h;
+    h.gguf.reset(ctx);
+    h.meta.reset(meta);
+    return h;
+}
+
+}  // namespace
+
 GgufInfo inspect_gguf(const std::string & path) {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -69,16 +92,9 @@ GgufInfo inspect_gguf(const std::string & path) {
 
     ensure_backend();
     clear_log();
-    ggml_context * meta = nullptr;  // tensor shapes, no data
-    gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta};
-    gguf_context * ctx = gguf_init_from_file(path.c_str(), params);
-    if (ctx == nullptr) {
-        fail(ErrorKind::ModelLoad, with_log("GGUF file is corrupt or truncated: '" + path + "'"));
-    }
-    std::unique_ptr<gguf_context, decltype(&gguf_free)> guard(ctx, gguf_free);
-    std::unique_ptr<ggml_context, decltype(&ggml_free)> meta_guard(meta, ggml_free);
-    GgufInfo info = read_gguf_info(ctx, meta, path);
-    add_split_parts(info, ctx, path);
+    const GgufHeader header = open_header(path);
+    GgufInfo info = read_gguf_info(header.gguf.get(), header.meta.get(), path);
+    add_split_parts(info, header.gguf.get(), path);
     return info;
 }
 
@@ -106,15 +122,8 @@ static void add_split_parts(GgufInfo & info, const gguf_context * first, const s
                                            " of the split GGUF '" + path + "' is missing: '" + part +
                                            "' (every part must be in the same folder)");
         }
-        ggml_context * meta = nullptr;
-        gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta};
-        gguf_context * ctx = gguf_init_from_file(part.c_str(), params);
-        if (ctx == nullptr) {
-            fail(ErrorKind::ModelLoad, with_log("GGUF file is corrupt or truncated: '" + part + "'"));
-        }
-        std::unique_ptr<gguf_context, decltype(&gguf_free)> guard(ctx, gguf_free);
-        std::unique_ptr<ggml_context, decltype(&ggml_free)> meta_guard(meta, ggml_free);
-        read_split_part(info, ctx, meta, part);
+        const GgufHeader header = open_header(part);
+        read_split_part(info, header.gguf.get(), header.meta.get(), part);
     }
 }
 

@@ -234,6 +234,19 @@ void Session::record(const Counters & c) {
 
 // ----------------------------------------------------------- generation ---
 
+namespace {
+
+size_t common_prefix(const llama_tokens & held, const std::vector<int32_t> & prompt, size_t limit) {
+    limit = std::min({limit, held.size(), prompt.size()});
+    size_t n = 0;
+    while (n < limit && held[n] == prompt[n]) {
+        ++n;
+    }
+    return n;
+}
+
+}  // namespace
+
 void Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions & g) {
     if (active_.exchange(true)) {
         fail(ErrorKind::Busy, "a generation is already running on this session: finish or close it first, "
@@ -347,11 +360,7 @@ size_t Session::reuse_prefix(const std::vector<int32_t> & prompt) {
     if (!cache_valid_) {
         return 0;
     }
-    const size_t limit = std::min(context_tokens_.size(), prompt.size() - 1);
-    size_t n = 0;
-    while (n < limit && context_tokens_[n] == prompt[n]) {
-        ++n;
-    }
+    const size_t n = common_prefix(context_tokens_, prompt, prompt.size() - 1);
     // The target's cache ends exactly where the new prompt continues: nothing to remove,
     // and the last hidden state is the right one (also for recurrent state, which
     // cannot roll back). Otherwise the tail goes, and the fused driver's head needs one
@@ -375,11 +384,7 @@ size_t Session::reuse_prefix(const std::vector<int32_t> & prompt) {
 }
 
 size_t Session::usable_prefix(const llama_tokens & held, const std::vector<int32_t> & prompt) const {
-    const size_t limit = std::min(held.size(), prompt.size() - 1);
-    size_t n = 0;
-    while (n < limit && held[n] == prompt[n]) {
-        ++n;
-    }
+    const size_t n = common_prefix(held, prompt, prompt.size() - 1);
     // Recurrent state cannot roll back: only a prompt that continues all of it counts.
     return target_rolls_back() || n == held.size() ? n : 0;
 }
@@ -401,10 +406,7 @@ void Session::pick_saved_state(const std::vector<int32_t> & prompt) {
             best_n = n;
         }
     }
-    size_t shared = 0;
-    while (shared < context_tokens_.size() && shared < prompt.size() && context_tokens_[shared] == prompt[shared]) {
-        ++shared;
-    }
+    const size_t shared = common_prefix(context_tokens_, prompt, prompt.size());
     // Take the chosen state out first: saving the current one may evict from the list. A
     // target that cannot roll back keeps a copy saved (the contexts will move past it).
     std::list<SavedState> chosen;
