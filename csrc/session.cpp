@@ -243,8 +243,14 @@ void Session::head_failed(int32_t rc, const char * what) {
     fail(ErrorKind::Decode, with_log(std::string("the MTP head failed to ") + what + " (code " + std::to_string(rc) + ")"));
 }
 
-void Session::record(Slot & s, const Counters & c) {
+void Session::record(Slot & s, const Counters & c, bool shared_batch_counted) {
     s.call.add(c);
+    if (shared_batch_counted && c.verify_batches) {
+        Counters t = c;
+        t.verify_batches = 0;  // the round's decode is in the session's counters once
+        total_.add(t);
+        return;
+    }
     total_.add(c);
 }
 
@@ -285,6 +291,8 @@ size_t common_prefix(const llama_tokens & held, const std::vector<int32_t> & pro
     }
     return n;
 }
+
+constexpr int32_t kRoundsAhead = 4;
 
 void deliver(StepResult & ready, StepResult && out) {
     for (TokenOut & t : out.tokens) {
@@ -681,8 +689,10 @@ void Session::run_round() {
     std::vector<Slot *> prompting, generating;
     for (auto & p : slots_) {
         Slot & s = *p;
-        // One round ahead at most: a caller that stops taking output stops its generation.
-        if (!s.in_use || s.finished || s.error || s.rounds_ready >= 2) {
+        // A few rounds ahead of its caller at most: a slow consumer (a callback, a client
+        // over the network) keeps its place in the batches, one that stops taking output
+        // stops its generation.
+        if (!s.in_use || s.finished || s.error || s.rounds_ready >= kRoundsAhead) {
             continue;
         }
         try {
@@ -798,9 +808,11 @@ void Session::speculative_iteration(std::vector<Slot *> & slots) {
         rows += s->draft_tokens.size() + 1;
     }
     const int64_t us_all = now_us() - t_start;
+    bool first = true;
     for (Slot * s : slots) {
         try {
-            finish_iteration(*s, rows ? us_all * (int64_t) (s->draft_tokens.size() + 1) / (int64_t) rows : us_all);
+            finish_iteration(*s, rows ? us_all * (int64_t) (s->draft_tokens.size() + 1) / (int64_t) rows : us_all, !first);
+            first = false;
         } catch (...) {
             fail_slot(*s, std::current_exception());
         }
@@ -810,7 +822,7 @@ void Session::speculative_iteration(std::vector<Slot *> & slots) {
 
 // One slot's share of the iteration: counters, commit or checkpoint restore, what the
 // draft-length controller learns, and the output for its caller. `us`: its share of the time.
-void Session::finish_iteration(Slot & sl, int64_t us) {
+void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
     {
         Counters & c = sl.round;
         const size_t n_draft = sl.draft_tokens.size();
@@ -818,6 +830,7 @@ void Session::finish_iteration(Slot & sl, int64_t us) {
         const bool must_restore = checkpoints_target() && n_accepted < n_draft;
         c.t_total_us = (uint64_t) us;
         c.iters = 1;
+        c.verify_batches = 1;
         if (sl.is_replay) {
             c.replays = 1;
         } else {
@@ -853,7 +866,7 @@ void Session::finish_iteration(Slot & sl, int64_t us) {
                 sl.pending_observation.reset();
             }
         }
-        record(sl, c);
+        record(sl, c, batch_counted);
         deliver(sl.ready, std::move(out));
         ++sl.rounds_ready;
         sl.cache_valid = true;

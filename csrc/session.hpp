@@ -160,7 +160,8 @@ private:
     static void check_deadline(const Slot & s);
     void head_failed(int32_t rc, const char * what);
     void decode_or_throw(llama_context * ctx, common_batch & batch, const char * what);
-    void record(Slot & s, const Counters & c);
+    // `shared_batch_counted`: another slot of this round already counted its verify decode.
+    void record(Slot & s, const Counters & c, bool shared_batch_counted = false);
     void process_prompt_chunk(Slot & s);
     void clear_contexts(Slot & s);
     size_t reuse_prefix(Slot & s, const std::vector<int32_t> & prompt);
@@ -186,7 +187,7 @@ private:
 
     // One draft/verify iteration over `slots`, in phases; a slot that fails leaves `slots`.
     void speculative_iteration(std::vector<Slot *> & slots);
-    void finish_iteration(Slot & s, int64_t us);
+    void finish_iteration(Slot & s, int64_t us, bool batch_counted);
     void draft(std::vector<Slot *> & slots);
     void draft_upstream(std::vector<Slot *> & slots);
     void resume_upstream_head(Slot & s);
