@@ -342,6 +342,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("slot") = -1, "Stop a running generation (slot -1: all) at the next graph node (any thread).")
         .def_property_readonly("n_parallel", &mtp::Session::n_parallel)
         .def_property_readonly("n_ctx_slot", &mtp::Session::n_ctx_slot)
+        .def_property_readonly("cache_bytes", &mtp::Session::cache_bytes)
         .def_property_readonly("active", &mtp::Session::active)
         .def("stats", [](const mtp::Session & self) { return session_stats(self, self.stats()); })
         .def("call_stats", [](const mtp::Session & self, int32_t slot) { return session_stats(self, self.call_stats(slot)); },

@@ -176,6 +176,18 @@ std::map<std::string, std::vector<std::string>> Session::devices() const {
     return out;
 }
 
+uint64_t Session::cache_bytes() const {
+    uint64_t n = 0;
+    for (const llama_context * ctx : {ctx_tgt_.get(), ctx_dft_.get()}) {
+        if (ctx) {
+            for (const auto & [buft, memory] : llama_get_memory_breakdown(ctx)) {
+                n += memory.context;
+            }
+        }
+    }
+    return n;
+}
+
 std::string Session::mtp_driver() const {
     return drafter_ ? "fused" : spec_ ? "upstream" : "none";
 }
@@ -686,7 +698,10 @@ void Session::fail_round(std::vector<Slot *> & slots, std::exception_ptr e) {
 }
 
 void Session::run_round() {
-    std::vector<Slot *> prompting, generating;
+    std::vector<Slot *> & prompting = round_prompting_;
+    std::vector<Slot *> & generating = round_generating_;
+    prompting.clear();
+    generating.clear();
     for (auto & p : slots_) {
         Slot & s = *p;
         // A few rounds ahead of its caller at most: a slow consumer (a callback, a client
@@ -711,8 +726,7 @@ void Session::run_round() {
             s->cache_valid = !s->prompt_phase;
             ++s->rounds_ready;
         } catch (...) {
-            std::vector<Slot *> one{s};
-            fail_round(one, std::current_exception());
+            fail_round(round_slots_, std::current_exception());
         }
     }
     if (!generating.empty()) {
@@ -896,7 +910,8 @@ void Session::draft(std::vector<Slot *> & slots) {
         draft_upstream(slots);
         return;
     }
-    std::vector<MtpDrafter::Request> requests;
+    std::vector<MtpDrafter::Request> & requests = draft_requests_;
+    requests.clear();
     for (Slot * s : slots) {
         if (s->n_max > 0) {
             s->resumed = drafter_->pending_rows(s->seq) > (size_t) longest_draft(opts_) + 1;
@@ -1015,11 +1030,11 @@ void Session::accept(Slot & s) {
     if (checkpoints_target() && !s.draft_tokens.empty()) {
         s.sampler_before.reset(common_sampler_clone(s.sampler.get()));
     }
-    std::vector<int> rows(s.draft_tokens.size() + 1);
-    for (size_t i = 0; i < rows.size(); ++i) {
-        rows[i] = s.first_row + (int) i;
+    sample_rows_.resize(s.draft_tokens.size() + 1);
+    for (size_t i = 0; i < sample_rows_.size(); ++i) {
+        sample_rows_[i] = s.first_row + (int) i;
     }
-    s.ids = common_sampler_sample_and_accept_n(s.sampler.get(), ctx_tgt_.get(), rows, s.draft_tokens);
+    s.ids = common_sampler_sample_and_accept_n(s.sampler.get(), ctx_tgt_.get(), sample_rows_, s.draft_tokens);
 }
 
 // The head catches up on [id_last, accepted drafts] only: rows past the first

@@ -76,6 +76,7 @@ public:
     std::string rollback_mode() const;  // "none", "partial", "rs", "checkpoint"
     std::string flash_attn() const;     // "on", "off", or "auto" (llama.cpp decides per device)
     std::string mtp_driver() const;     // "fused" (MtpDrafter), "upstream" (common_speculative) or "none"
+    uint64_t cache_bytes() const;       // both contexts' caches (KV cells, recurrent state), all slots
     // Where each context runs: "target" (and "mtp" with a head) -> the devices holding its
     // layers' weights and its KV cache, in ggml's device order.
     std::map<std::string, std::vector<std::string>> devices() const;
@@ -221,6 +222,10 @@ private:
     mutable std::mutex mu_;
     std::vector<std::unique_ptr<Slot>> slots_;
     std::vector<Slot *> round_slots_;  // the slots of the decode running now (read by abort_cb)
+    // A round's scratch, kept to allocate nothing per step.
+    std::vector<Slot *> round_prompting_, round_generating_;
+    std::vector<MtpDrafter::Request> draft_requests_;
+    std::vector<int> sample_rows_;
     std::atomic<int32_t> n_running_{0};
     std::atomic<int32_t> last_slot_{0};
     uint64_t begin_count_ = 0;

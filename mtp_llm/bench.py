@@ -477,11 +477,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     model_path = resolve_model(args)
     if args.costs:
         return cmd_costs(args, model_path)
-    n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
     if args.prompts:
         prompts = load_prompts(args.prompts)
     else:
         prompts = SYNTHETIC_PROMPTS[:8] if args.synthetic else DEFAULT_PROMPTS
+    if args.parallel:
+        from .bench_parallel import cmd_parallel
+
+        return cmd_parallel(args, model_path, prompts)
+    n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
     results, meta = run_bench(
         model_path, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
         args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn], args.draft_head,
@@ -533,6 +537,9 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--n-gpu-layers", type=int, default=0,
                    help="layers offloaded to the GPU (-1: all; needs a GPU build, see docs/gpu.md)")
     p.add_argument("--wrappers", action="store_true", help="also measure the LangChain/LlamaIndex streaming paths")
+    p.add_argument("--parallel", metavar="N,N,...",
+                   help="instead of the table: aggregate tokens/s of N concurrent streams on one session "
+                   "(n_parallel slots), plain and at each --n-draft (which may include 'auto'), e.g. 1,2,4")
     syn = p.add_argument_group("synthetic model (instead of --model; see mtp_llm.gguf.synthetic)")
     syn.add_argument("--synthetic", metavar="SIZE",
                      help="a synthetic hy_v3 model of SIZE target parameters (e.g. 150M, 1.5B), written and cached")

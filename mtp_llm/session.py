@@ -237,6 +237,12 @@ class MTP:
         return int(self._native.n_parallel)
 
     @property
+    def cache_bytes(self) -> int:
+        """Memory of both contexts' caches (KV cells, recurrent state) for all slots:
+        ``cache_bytes / n_parallel`` is what a slot costs."""
+        return int(self._native.cache_bytes)
+
+    @property
     def rollback_mode(self) -> str:
         """How the target undoes rejected drafts: "partial" (KV cache), "rs"
         (recurrent-state snapshots) or "checkpoint" (save/restore)."""

@@ -105,3 +105,20 @@ def test_cli_bench_runs_end_to_end(tiny_paths, tmp_path) -> None:
     assert report["rows"][2]["acceptance_rate"] == 1.0, report["rows"][2]
     assert report["rows"][2]["mean_accepted_length"] == 3.0, report["rows"][2]
     assert (tmp_path / "bench.md").exists() and (tmp_path / "bench.png").exists()
+
+
+def test_cli_bench_parallel(tiny_paths, tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "bench", "--model", str(tiny_paths["accept100"]), "--tokens", "15",
+         "--parallel", "1,2", "--n-draft", "2,auto", "--threads", "1", "--reps", "1", "--warmup", "0",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "parallel.json").read_text())
+    assert [(row["n_draft"], row["streams"]) for row in report["rows"]] == [
+        (0, 1), (0, 2), (2, 1), (2, 2), ("auto", 1), ("auto", 2)
+    ]
+    assert all(row["acceptance_rate"] == 1.0 for row in report["rows"] if row["n_draft"] == 2)
+    assert report["meta"]["n_parallel"] == 2 and report["meta"]["n_ctx_slot"] >= 256
+    assert "Cache memory per slot" in (tmp_path / "parallel.md").read_text()
