@@ -70,6 +70,43 @@ std::string force_call(const std::string & grammar) {
     return grammar.substr(0, start) + root + grammar.substr(end);
 }
 
+// The tagged-argument formats whose calls end with the call's end tag right after the last
+// argument (GLM-4.6, GLM-4.7, Spark2.5, Laguna: "...</arg_value></tool_call>"): the chat
+// layer's parser requires the end tag there (a lookahead, which the grammar cannot say), its
+// grammar lets whitespace in, and an output with it does not parse. The grammar is narrowed
+// to what the template renders and the parser reads: no whitespace between a call's last
+// argument and its end tag (a tool without arguments keeps the space after its name).
+std::string close_calls_tightly(const std::string & grammar) {
+    static const std::regex rule(R"(^(tool-[\w-]+) ::= .*\btool-[\w-]+-arg-[\w-]+[)*?]*$)");
+    static const std::regex call_end(R"(\(((?:tool-[\w-]+)(?: \| tool-[\w-]+)*)\) space ("))");
+    std::vector<std::string> after_arguments;  // tools whose rule ends with an argument
+    for (size_t at = 0; at < grammar.size();) {
+        const size_t end = std::min(grammar.find('\n', at), grammar.size());
+        std::smatch m;
+        const std::string line = grammar.substr(at, end - at);
+        if (std::regex_match(line, m, rule)) {
+            after_arguments.push_back(m[1]);
+        }
+        at = end + 1;
+    }
+    if (after_arguments.empty()) {
+        return grammar;
+    }
+    std::string out;
+    auto from = grammar.cbegin();
+    for (std::sregex_iterator it(grammar.begin(), grammar.end(), call_end), last; it != last; ++it) {
+        const std::string alternatives = (*it)[1];
+        const bool tight = std::any_of(after_arguments.begin(), after_arguments.end(), [&](const std::string & name) {
+            return std::regex_search(alternatives, std::regex("(^| )" + name + "( |$)"));
+        });
+        out.append(from, (*it)[0].first);
+        out += tight ? "(" + alternatives + ") \"" : std::string((*it)[0]);
+        from = (*it)[0].second;
+    }
+    out.append(from, grammar.cend());
+    return out;
+}
+
 }  // namespace
 
 ChatTemplates::ChatTemplates(std::shared_ptr<Model> model, const std::string & override_template)
@@ -160,7 +197,10 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     ChatPrompt out;
     out.prompt = std::move(params.prompt);
     out.format = common_chat_format_name(params.format);
-    out.grammar = choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED ? force_call(params.grammar) : std::move(params.grammar);
+    out.grammar = close_calls_tightly(params.grammar);
+    if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED) {
+        out.grammar = force_call(out.grammar);
+    }
     out.grammar_lazy = params.grammar_lazy;
     for (const auto & t : params.grammar_triggers) {
         if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD) {
