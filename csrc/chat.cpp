@@ -56,17 +56,21 @@ std::vector<common_chat_tool> parse_tools(const std::string & tools_json) {
 
 // A forced call (tool_choice "required" or a tool's name) is the answer: the chat
 // layer's grammar lets free text precede the call (the root's `until-N` rule right
-// before the tool-call rule), which is dropped here. Reasoning, where the format
-// has it, still comes first. Roots of another shape are left as they are.
+// before the tool-call rule, with the optional tags of a content section around it,
+// as Kimi-K3's "<|open|>response<|sep|>"), which is dropped here. Reasoning, where
+// the format has it, still comes first. Roots of another shape are left as they are.
 std::string force_call(const std::string & grammar) {
     static const std::regex content_before_call(R"(\buntil-\d+\??(\s+(?:space\s+)?[\w-]*tool-call))");
+    static const std::regex section_before_call(
+        R"re((\s)"[^"\\]*"\?\s+until-\d+\??\s+"[^"\\]*"\?(\s+(?:space\s+)?[\w-]*tool-call))re");
     size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
     if (start == std::string::npos) {
         return grammar;
     }
     start += start == 0 ? 0 : 1;
     const size_t end = std::min(grammar.find('\n', start), grammar.size());
-    const std::string root = std::regex_replace(grammar.substr(start, end - start), content_before_call, "$1");
+    std::string root = std::regex_replace(grammar.substr(start, end - start), content_before_call, "$1");
+    root = std::regex_replace(root, section_before_call, "$1$2");
     return grammar.substr(0, start) + root + grammar.substr(end);
 }
 
@@ -105,6 +109,14 @@ std::string close_calls_tightly(const std::string & grammar) {
     }
     out.append(from, grammar.cend());
     return out;
+}
+
+// Mistral's call ids ("[CALL_ID]" + id, before "[ARGS]") are nine letters and digits: its
+// templates reject any other id when the conversation is rendered back. The chat layer's
+// grammar lets the id be any text; it is narrowed to the shape the template takes back.
+std::string mistral_call_ids(const std::string & grammar) {
+    static const std::regex free_id(R"re("\[CALL_ID\]" until-\d+)re");
+    return std::regex_replace(grammar, free_id, R"re("[CALL_ID]" [a-zA-Z0-9]{9})re");
 }
 
 }  // namespace
@@ -197,7 +209,7 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     ChatPrompt out;
     out.prompt = std::move(params.prompt);
     out.format = common_chat_format_name(params.format);
-    out.grammar = close_calls_tightly(params.grammar);
+    out.grammar = mistral_call_ids(close_calls_tightly(params.grammar));
     if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED) {
         out.grammar = force_call(out.grammar);
     }
