@@ -4,6 +4,7 @@
 #include <cctype>
 #include <climits>
 #include <cmath>
+#include <regex>
 
 #include "errors.hpp"
 #include "ggml.h"
@@ -175,6 +176,26 @@ int32_t prefilled_reasoning(const common_params_sampling & sp, const llama_vocab
     return (int32_t) (i - opened);
 }
 
+// reasoning_budget 0 under a grammar that constrains the whole answer (a forced call): the
+// optional reasoning section of the chat layer's root rule (`("<think>" until-N "</think>")?`),
+// where the generation prompt has not opened it, is left out, so no reasoning can be written
+// in any spelling of the tags (the budget sampler only sees the tags' own tokens).
+std::string without_reasoning(const std::string & grammar, const ChatGrammar & chat) {
+    if (chat.thinking_start.empty() || chat.generation_prompt.find(chat.thinking_start) != std::string::npos) {
+        return grammar;
+    }
+    const std::regex section(R"re( \()re" + regex_escape(gbnf_format_literal(chat.thinking_start)) +
+                             R"re(\??(?:[^()\n]|\([^()\n]*\))*\buntil-\d+(?:[^()\n]|\([^()\n]*\))*\)\?)re");
+    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
+    if (start == std::string::npos) {
+        return grammar;
+    }
+    start += start == 0 ? 0 : 1;
+    const size_t end = std::min(grammar.find('\n', start), grammar.size());
+    return grammar.substr(0, start) + std::regex_replace(grammar.substr(start, end - start), section, "") +
+           grammar.substr(end);
+}
+
 // As llama-server sets up a chat request's sampler (tools/server/server-schema.cpp).
 void apply_chat_grammar(const ChatGrammar & chat, int32_t budget, const llama_vocab * vocab, common_params_sampling & sp) {
     sp.grammar_lazy = chat.lazy && !sp.grammar.empty();
@@ -236,7 +257,9 @@ common_params_sampling to_common_params(const SamplingOptions & s, const llama_v
     sp.penalty_last_n = s.penalty_last_n;
     sp.no_perf = true;
     if (s.grammar && !s.grammar->empty()) {
-        sp.grammar = common_grammar(s.chat ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER, *s.grammar);
+        const bool drop_reasoning = s.chat && !s.chat->lazy && s.reasoning_budget == 0;
+        sp.grammar = common_grammar(s.chat ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER,
+                                    drop_reasoning ? without_reasoning(*s.grammar, *s.chat) : *s.grammar);
     }
     if (s.chat) {
         apply_chat_grammar(*s.chat, s.reasoning_budget, vocab, sp);

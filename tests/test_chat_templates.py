@@ -52,7 +52,9 @@ _FREE = "the random model writes in a free-text part of the call ({}) until max_
 _LOOSE = "the chat layer's grammar {}, and the random model writes it until max_tokens"
 _KIMI_THINK = (
     "the random model writes '<think>' in other tokens than the tag's own ('i', 'n' for 'in'), which llama.cpp's "
-    "reasoning-budget sampler (it matches token sequences) does not see, and reasons until max_tokens"
+    "reasoning-budget sampler (it matches token sequences) does not see, and reasons until max_tokens; with "
+    "reasoning_budget=0 (no reasoning section in the grammar) it writes the call index after "
+    "'functions.get_weather:' ([0-9]+ in the chat layer's grammar) until max_tokens"
 )
 # Forced calls a random-weight model cannot finish in these formats (a trained model writes them),
 # with reasoning_budget=8 closing the reasoning where the format has it.
@@ -207,9 +209,10 @@ def test_forced_call_is_generated_streamed_and_parsed(template_models: dict[str,
 BUDGET_TEMPLATES = ["Qwen3.5-4B", "llama-cpp-deepseek-r1"]
 
 
-def _reason(fmt: ChatFormat, budget: int, n_draft: int) -> tuple[list[int], ChatTurn, int]:
-    """Token ids of a greedy answer with ``reasoning_budget=budget``, its turn (fed), and the drafts made."""
-    turn = fmt.turn(QUESTION, enable_thinking=True)
+def _reason(fmt: ChatFormat, budget: int, n_draft: int, tools: bool = False) -> tuple[list[int], ChatTurn, int]:
+    """Token ids of a greedy answer with ``reasoning_budget=budget`` (with a tool: under the lazy
+    tool-call grammar), its turn (fed), and the drafts made."""
+    turn = fmt.turn(QUESTION, tools=[TOOL] if tools else (), enable_thinking=True)
     session = MTP(fmt.model, n_draft=n_draft, n_ctx=2048, n_threads=THREADS)
     ids = []
     options = turn.options(GenerationOptions(temp=0, max_tokens=40, reasoning_budget=budget))
@@ -220,8 +223,9 @@ def _reason(fmt: ChatFormat, budget: int, n_draft: int) -> tuple[list[int], Chat
     return ids, turn, session.last_stats.drafts_generated
 
 
+@pytest.mark.parametrize("tools", [False, True], ids=["text", "tools-auto"])
 @pytest.mark.parametrize("name", BUDGET_TEMPLATES)
-def test_reasoning_budget_bounds_the_reasoning_tokens(template_models: dict[str, Path], name: str) -> None:
+def test_reasoning_budget_bounds_the_reasoning_tokens(template_models: dict[str, Path], name: str, tools: bool) -> None:
     fmt = _format(template_models, name)
     grammar = fmt.turn(QUESTION, enable_thinking=True).grammar  # type: ignore[attr-defined]
     assert grammar.generation_prompt.rstrip().endswith(grammar.thinking_start)  # opened by the template
@@ -230,16 +234,30 @@ def test_reasoning_budget_bounds_the_reasoning_tokens(template_models: dict[str,
     def contains(ids: list[int], tag: list[int]) -> bool:
         return any(ids[i : i + len(tag)] == tag for i in range(len(ids)))
 
-    unlimited, turn, _ = _reason(fmt, -1, n_draft=3)
+    unlimited, turn, _ = _reason(fmt, -1, n_draft=3, tools=tools)
     assert not contains(unlimited, end) and turn.finish("length").reply.content == ""  # reasons until max_tokens
     for budget in (0, 1, 3, 8):
-        ids, turn, drafted = _reason(fmt, budget, n_draft=3)
+        ids, turn, drafted = _reason(fmt, budget, n_draft=3, tools=tools)
         assert ids[:budget] == unlimited[:budget]  # the model's own reasoning, then the end tag forced
         assert ids[budget : budget + len(end)] == end and not contains(ids[: budget + len(end) - 1], end), budget
         reply = turn.finish("length").reply
         assert reply.reasoning.strip() == fmt.model.detokenize(ids[:budget]).strip() and reply.content
-        plain, _, plain_drafted = _reason(fmt, budget, n_draft=0)
+        plain, _, plain_drafted = _reason(fmt, budget, n_draft=0, tools=tools)
         assert drafted > 0 and plain_drafted == 0 and ids == plain  # MTP stays lossless under the budget
+
+
+def test_reasoning_budget_zero_leaves_the_reasoning_out_of_a_forced_call(template_models: dict[str, Path]) -> None:
+    # Kimi-K2's grammar allows an optional "<think>" section before the call, which the random
+    # model writes in other tokens than the tag's own (the budget sampler cannot see it).
+    fmt = _format(template_models, "Kimi-K2-Instruct")
+
+    def output(budget: int) -> str:
+        turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather", enable_thinking=False)
+        options = turn.options(GenerationOptions(temp=0, max_tokens=48, reasoning_budget=budget))
+        return MTP(fmt.model, n_draft=3, n_ctx=2048, n_threads=THREADS).generate(turn.prompt, options=options)
+
+    assert output(-1).startswith("<think>") and output(8).startswith("<think>")
+    assert output(0).startswith("<|tool_call_begin|>functions.get_weather:")
 
 
 def test_reasoning_budget_is_checked_by_the_engine_too(template_models: dict[str, Path]) -> None:
