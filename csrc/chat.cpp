@@ -76,10 +76,11 @@ std::string force_call(const std::string & grammar) {
 
 // The tagged-argument formats whose calls end with the call's end tag right after the last
 // argument (GLM-4.6, GLM-4.7, Spark2.5, Laguna: "...</arg_value></tool_call>"): the chat
-// layer's parser requires the end tag there (a lookahead, which the grammar cannot say), its
-// grammar lets whitespace in, and an output with it does not parse. The grammar is narrowed
-// to what the template renders and the parser reads: no whitespace between a call's last
-// argument and its end tag (a tool without arguments keeps the space after its name).
+// layer's parser requires the end tag there (a lookahead, which the grammar cannot say;
+// Laguna's tolerates whitespace), its grammar lets whitespace in, and an output with it does
+// not parse. The grammar is narrowed to what the templates render and every such parser
+// reads: no whitespace between a call's last argument and its end tag (a tool without
+// arguments keeps the space after its name).
 std::string close_calls_tightly(const std::string & grammar) {
     static const std::regex rule(R"(^(tool-[\w-]+) ::= .*\btool-[\w-]+-arg-[\w-]+[)*?]*$)");
     static const std::regex call_end(R"(\(((?:tool-[\w-]+)(?: \| tool-[\w-]+)*)\) space ("))");
