@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <string_view>
 
 #include "errors.hpp"
 #include "json-schema-to-grammar.h"
@@ -82,15 +83,22 @@ std::string force_call(const std::string & grammar) {
 // reads: no whitespace between a call's last argument and its end tag (a tool without
 // arguments keeps the space after its name).
 std::string close_calls_tightly(const std::string & grammar) {
-    static const std::regex rule(R"(^(tool-[\w-]+) ::= .*\btool-[\w-]+-arg-[\w-]+[)*?]*$)");
-    static const std::regex call_end(R"(\(((?:tool-[\w-]+)(?: \| tool-[\w-]+)*)\) space ("))");
-    std::vector<std::string> after_arguments;  // tools whose rule ends with an argument
+    static const std::regex call_end(R"re(\(((?:tool-[\w-]+)(?: \| tool-[\w-]+)*)\) space ("))re");
+    std::vector<std::string> after_arguments;  // tools whose rule ends with an argument's rule
     for (size_t at = 0; at < grammar.size();) {
         const size_t end = std::min(grammar.find('\n', at), grammar.size());
-        std::smatch m;
-        const std::string line = grammar.substr(at, end - at);
-        if (std::regex_match(line, m, rule)) {
-            after_arguments.push_back(m[1]);
+        const std::string_view line(grammar.data() + at, end - at);
+        const size_t defined = line.find(" ::= ");
+        if (line.rfind("tool-", 0) == 0 && defined != std::string_view::npos) {
+            std::string_view body = line.substr(defined + 5);
+            while (!body.empty() && (body.back() == ')' || body.back() == '*' || body.back() == '?')) {
+                body.remove_suffix(1);
+            }
+            const size_t last = body.find_last_of(" (");
+            const std::string_view tail = last == std::string_view::npos ? body : body.substr(last + 1);
+            if (tail.rfind("tool-", 0) == 0 && tail.find("-arg-") != std::string_view::npos) {
+                after_arguments.emplace_back(line.substr(0, defined));
+            }
         }
         at = end + 1;
     }
@@ -101,9 +109,13 @@ std::string close_calls_tightly(const std::string & grammar) {
     auto from = grammar.cbegin();
     for (std::sregex_iterator it(grammar.begin(), grammar.end(), call_end), last; it != last; ++it) {
         const std::string alternatives = (*it)[1];
-        const bool tight = std::any_of(after_arguments.begin(), after_arguments.end(), [&](const std::string & name) {
-            return std::regex_search(alternatives, std::regex("(^| )" + name + "( |$)"));
-        });
+        bool tight = false;
+        for (size_t at = 0; at <= alternatives.size() && !tight;) {
+            const size_t bar = std::min(alternatives.find(" | ", at), alternatives.size());
+            const std::string name = alternatives.substr(at, bar - at);
+            tight = std::find(after_arguments.begin(), after_arguments.end(), name) != after_arguments.end();
+            at = bar + 3;
+        }
         out.append(from, (*it)[0].first);
         out += tight ? "(" + alternatives + ") \"" : std::string((*it)[0]);
         from = (*it)[0].second;

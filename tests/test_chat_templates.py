@@ -246,6 +246,19 @@ def test_reasoning_budget_bounds_the_reasoning_tokens(template_models: dict[str,
         assert drafted > 0 and plain_drafted == 0 and ids == plain  # MTP stays lossless under the budget
 
 
+def test_a_generated_mistral_call_id_renders_back(template_models: dict[str, Path]) -> None:
+    # The chat layer's grammar lets the id after [CALL_ID] be any text; Mistral's templates take
+    # back nine letters and digits only, which the grammar mtp_llm passes asks for.
+    fmt = _format(template_models, "Mistral-Small-3.2-24B-Instruct-2506")
+    turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather")
+    _, _, reply = _generate(fmt, turn, max_tokens=60)
+    (call,) = reply.tool_calls  # type: ignore[attr-defined]
+    assert len(call.id) == 9 and call.id.isalnum()
+    history = [*QUESTION, {"role": "assistant", "content": "", "tool_calls": [call.to_openai()]},
+               {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": "sunny-42"}]
+    assert "sunny-42" in fmt.turn(history, tools=[TOOL]).prompt
+
+
 def test_reasoning_budget_zero_leaves_the_reasoning_out_of_a_forced_call(template_models: dict[str, Path]) -> None:
     # Kimi-K2's grammar allows an optional "<think>" section before the call, which the random
     # model writes in other tokens than the tag's own (the budget sampler cannot see it).
