@@ -280,7 +280,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("rollback", &mtp::ContextOptions::rollback)
         .def_readwrite("fuse_catch_up", &mtp::ContextOptions::fuse_catch_up)
         .def_readwrite("cache_prompt", &mtp::ContextOptions::cache_prompt)
-        .def_readwrite("cache_size_mb", &mtp::ContextOptions::cache_size_mb);
+        .def_readwrite("cache_size_mb", &mtp::ContextOptions::cache_size_mb)
+        .def_readwrite("n_parallel", &mtp::ContextOptions::n_parallel);
 
     mtp::register_chat(m);
 
@@ -318,14 +319,14 @@ PYBIND11_MODULE(_core, m) {
         .def("begin", [](mtp::Session & self, const std::vector<int32_t> & prompt,
                          const mtp::GenerateOptions & options) {
                  py::gil_scoped_release release;
-                 self.begin(prompt, options);
+                 return self.begin(prompt, options);
              },
-             py::arg("prompt"), py::arg("options"))
-        .def("step", [](mtp::Session & self) {
+             py::arg("prompt"), py::arg("options"), "Start a generation in a free slot; returns the slot.")
+        .def("step", [](mtp::Session & self, int32_t slot) {
             mtp::StepResult r;
             {
                 py::gil_scoped_release release;
-                r = self.step();
+                r = self.step(slot);
             }
             py::list tokens(r.tokens.size());
             for (size_t i = 0; i < r.tokens.size(); ++i) {
@@ -333,12 +334,19 @@ PYBIND11_MODULE(_core, m) {
             }
             return py::make_tuple(std::move(tokens), r.finished,
                                   r.finished ? py::object(py::str(r.finish_reason)) : py::object(py::none()));
-        }, "Run one step (a prompt chunk or one draft/verify iteration); returns (tokens, finished, reason).")
-        .def("end", &mtp::Session::end)
-        .def("cancel", &mtp::Session::cancel, "Stop the running generation at the next graph node (any thread).")
+        }, py::arg("slot") = 0,
+           "Run until this slot has output (a prompt chunk or one draft/verify iteration of every running slot); "
+           "returns (tokens, finished, reason).")
+        .def("end", py::overload_cast<int32_t>(&mtp::Session::end), py::arg("slot") = 0,
+             py::call_guard<py::gil_scoped_release>())
+        .def("cancel", [](mtp::Session & self, int32_t slot) { slot < 0 ? self.cancel() : self.cancel(slot); },
+             py::arg("slot") = -1, "Stop a running generation (slot -1: all) at the next graph node (any thread).")
+        .def_property_readonly("n_parallel", &mtp::Session::n_parallel)
+        .def_property_readonly("n_ctx_slot", &mtp::Session::n_ctx_slot)
         .def_property_readonly("active", &mtp::Session::active)
         .def("stats", [](const mtp::Session & self) { return session_stats(self, self.stats()); })
-        .def("call_stats", [](const mtp::Session & self) { return session_stats(self, self.call_stats()); })
+        .def("call_stats", [](const mtp::Session & self, int32_t slot) { return session_stats(self, self.call_stats(slot)); },
+             py::arg("slot") = -1)
         .def("reset_stats", &mtp::Session::reset_stats)
         .def("print_stats", &mtp::Session::print_stats, py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("n_ctx", &mtp::Session::n_ctx)

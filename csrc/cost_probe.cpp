@@ -125,7 +125,7 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
         const common_context_seq_rm_type rm_dft = common_context_can_seq_rm(p.ctx_dft.get());
         // The engine's choice of driver (Session::create_contexts).
         if (MtpDrafter::applies(head->get(), rm, rm_dft)) {
-            p.drafter = std::make_unique<MtpDrafter>(p.ctx_tgt.get(), p.ctx_dft.get(), 0.0f);
+            p.drafter = std::make_unique<MtpDrafter>(p.ctx_tgt.get(), p.ctx_dft.get(), 1, 0.0f);
         }
         for (int32_t k = 0; k <= n_draft; ++k) {
             common_params_speculative sp;
@@ -260,17 +260,17 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
         // first step.
         for (int32_t k = 1; k <= (int32_t) t_fused.size(); ++k) {
             for (int32_t j = 0; j <= k; ++j) {
-                p.drafter->reset();
+                p.drafter->reset(0);
                 drafted.clear();
-                if (p.drafter->draft(ctx_tokens[fill], fill, k, drafted) != 0) {
+                if (p.drafter->draft({{0, ctx_tokens[fill], fill, k, &drafted}}) != 0) {
                     fail(ErrorKind::Decode, with_log("cost probe: the fused MTP driver failed to draft"));
                 }
                 verify_batch(k + 1);
                 decode(tgt, p.batch, "verify batch");
-                p.drafter->accept(p.batch, (size_t) j);
+                p.drafter->accept(0, p.batch, 0, (size_t) j);
                 drafted.clear();
                 const auto t0 = std::chrono::steady_clock::now();
-                if (p.drafter->draft(ctx_tokens[fill + j + 1], fill + j + 1, k, drafted) != 0) {
+                if (p.drafter->draft({{0, ctx_tokens[fill + j + 1], fill + j + 1, k, &drafted}}) != 0) {
                     fail(ErrorKind::Decode, with_log("cost probe: the fused MTP driver failed to draft"));
                 }
                 if (keep) t_fused[k - 1][j].push_back(elapsed_us(t0));

@@ -13,13 +13,14 @@ constexpr size_t kResumeWindow = 32;  // rows the head catches up on after a pla
 
 }  // namespace
 
-MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, float p_min)
+MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, int32_t n_seq, float p_min)
     : target_(target), head_(head),
       n_embd_(llama_model_n_embd_out(llama_get_model(head))),
       n_vocab_(llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(head)))),
       batch_(head),
       window_(std::min(kResumeWindow, (size_t) llama_n_batch(head) - 1)),
-      p_min_(p_min) {
+      p_min_(p_min),
+      seqs_((size_t) std::max(1, n_seq)) {
     if (p_min_ > 0.0f) {
         common_params_sampling sp;  // llama.cpp's draft-mtp sampler: top 10, probabilities among them
         sp.top_k = 10;
@@ -29,10 +30,12 @@ MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, float p_min
     // Both contexts expose the hidden state of every row, indexed by batch
     // position. The head's MTP graphs keep all rows in their nextn output, while
     // masked mode copies only the first n_outputs rows: right for llama.cpp's
-    // one-row draft batches, wrong for a fused batch whose output row is last.
+    // one-row draft batches, wrong for a fused batch whose output rows are last.
     llama_set_embeddings_nextn(target_, true, /*masked=*/false);
     llama_set_embeddings_nextn(head_, true, /*masked=*/false);
-    reset();
+    for (llama_seq_id seq = 0; seq < (llama_seq_id) seqs_.size(); ++seq) {
+        reset(seq);
+    }
 }
 
 bool MtpDrafter::applies(const llama_model * head, common_context_seq_rm_type target_rm,
@@ -41,50 +44,60 @@ bool MtpDrafter::applies(const llama_model * head, common_context_seq_rm_type ta
            head_rm != COMMON_CONTEXT_SEQ_RM_TYPE_FULL;
 }
 
-void MtpDrafter::reset() {
-    pending_tokens_.clear();
-    pending_pos_.clear();
-    pending_h_.clear();
-    h_last_.assign((size_t) n_embd_, 0.0f);
-    drafted_from_ = -1;
-    cache_dropped_ = false;
-    head_from_ = 0;
+void MtpDrafter::clear_pending(Sequence & s) {
+    s.pending_tokens.clear();
+    s.pending_pos.clear();
+    s.pending_h.clear();
 }
 
-void MtpDrafter::restore(const Snapshot & s) {
-    pending_tokens_ = s.tokens;
-    pending_pos_ = s.pos;
-    pending_h_ = s.h;
-    h_last_ = s.h_last;
-    cache_dropped_ = s.cache_dropped;
-    drafted_from_ = -1;
-    head_from_ = 0;
+void MtpDrafter::reset(llama_seq_id seq) {
+    Sequence & s = seqs_[seq];
+    clear_pending(s);
+    s.h_last.assign((size_t) n_embd_, 0.0f);
+    s.drafted_from = -1;
+    s.cache_dropped = false;
+    s.head_from = 0;
 }
 
-bool MtpDrafter::keep_prefix(llama_pos n, bool h_valid) {
+MtpDrafter::Snapshot MtpDrafter::snapshot(llama_seq_id seq) const {
+    const Sequence & s = seqs_[seq];
+    return {s.pending_tokens, s.pending_pos, s.pending_h, s.h_last, s.cache_dropped};
+}
+
+void MtpDrafter::restore(llama_seq_id seq, const Snapshot & snap) {
+    Sequence & s = seqs_[seq];
+    s.pending_tokens = snap.tokens;
+    s.pending_pos = snap.pos;
+    s.pending_h = snap.h;
+    s.h_last = snap.h_last;
+    s.cache_dropped = snap.cache_dropped;
+    s.drafted_from = -1;
+    s.head_from = 0;
+}
+
+bool MtpDrafter::keep_prefix(llama_seq_id seq, llama_pos n, bool h_valid) {
+    Sequence & s = seqs_[seq];
     llama_memory_t mem = llama_get_memory(head_);
-    while (!pending_pos_.empty() && pending_pos_.back() >= n) {
-        pending_tokens_.pop_back();
-        pending_pos_.pop_back();
-        pending_h_.resize(pending_h_.size() - n_embd_);
+    while (!s.pending_pos.empty() && s.pending_pos.back() >= n) {
+        s.pending_tokens.pop_back();
+        s.pending_pos.pop_back();
+        s.pending_h.resize(s.pending_h.size() - n_embd_);
     }
-    drafted_from_ = -1;
-    head_from_ = n;
-    const llama_pos head_end = cache_dropped_ ? -1 : llama_memory_seq_pos_max(mem, 0) + 1;
-    const bool covered = !cache_dropped_ && llama_memory_seq_pos_min(mem, 0) <= 0 &&
-                         (pending_pos_.empty() ? head_end >= n
-                                               : pending_pos_.front() == head_end && pending_pos_.back() + 1 == n);
-    if (covered && llama_memory_seq_rm(mem, 0, n, -1)) {
+    s.drafted_from = -1;
+    s.head_from = n;
+    const llama_pos head_end = s.cache_dropped ? -1 : llama_memory_seq_pos_max(mem, seq) + 1;
+    const bool covered = !s.cache_dropped && llama_memory_seq_pos_min(mem, seq) <= 0 &&
+                         (s.pending_pos.empty() ? head_end >= n
+                                                : s.pending_pos.front() == head_end && s.pending_pos.back() + 1 == n);
+    if (covered && llama_memory_seq_rm(mem, seq, n, -1)) {
         if (!h_valid) {
-            h_last_.assign((size_t) n_embd_, 0.0f);  // replaced by the re-decoded row n - 1
+            s.h_last.assign((size_t) n_embd_, 0.0f);  // replaced by the re-decoded row n - 1
         }
         return true;
     }
-    llama_memory_seq_rm(mem, 0, -1, -1);
-    pending_tokens_.clear();
-    pending_pos_.clear();
-    pending_h_.clear();
-    cache_dropped_ = false;
+    llama_memory_seq_rm(mem, seq, -1, -1);
+    clear_pending(s);
+    s.cache_dropped = false;
     return false;
 }
 
@@ -94,28 +107,45 @@ float MtpDrafter::draft_probability(int32_t row) {
     return common_sampler_get_candidates(confidence_.get(), true)->data[0].p;
 }
 
-void MtpDrafter::keep_last(size_t rows) {
-    const size_t n = pending_tokens_.size();
+void MtpDrafter::keep_last(Sequence & s, size_t rows) {
+    const size_t n = s.pending_tokens.size();
     if (n <= rows) {
         return;
     }
     const size_t drop = n - rows;
-    pending_tokens_.erase(pending_tokens_.begin(), pending_tokens_.begin() + drop);
-    pending_pos_.erase(pending_pos_.begin(), pending_pos_.begin() + drop);
-    pending_h_.erase(pending_h_.begin(), pending_h_.begin() + drop * n_embd_);
-    cache_dropped_ = true;
+    s.pending_tokens.erase(s.pending_tokens.begin(), s.pending_tokens.begin() + drop);
+    s.pending_pos.erase(s.pending_pos.begin(), s.pending_pos.begin() + drop);
+    s.pending_h.erase(s.pending_h.begin(), s.pending_h.begin() + drop * n_embd_);
+    s.cache_dropped = true;
 }
 
-void MtpDrafter::queue(llama_token token, llama_pos pos, const float * h) {
-    pending_tokens_.push_back(token);
-    pending_pos_.push_back(pos);
-    pending_h_.insert(pending_h_.end(), h, h + n_embd_);
-    if (pending_tokens_.size() >= 2 * window_) {
-        keep_last(window_);  // amortised: one move per window_ rows
+void MtpDrafter::queue(Sequence & s, llama_token token, llama_pos pos, const float * h) {
+    s.pending_tokens.push_back(token);
+    s.pending_pos.push_back(pos);
+    s.pending_h.insert(s.pending_h.end(), h, h + n_embd_);
+    if (s.pending_tokens.size() >= 2 * window_) {
+        keep_last(s, window_);  // amortised: one move per window_ rows
     }
 }
 
-void MtpDrafter::defer_prompt(const common_batch & target_batch) {
+void MtpDrafter::drop_dropped_cache(llama_seq_id seq) {
+    Sequence & s = seqs_[seq];
+    if (s.cache_dropped) {
+        llama_memory_seq_rm(llama_get_memory(head_), seq, -1, -1);
+        s.cache_dropped = false;
+    }
+}
+
+void MtpDrafter::add_pending(llama_seq_id seq) {
+    const Sequence & s = seqs_[seq];
+    for (size_t i = 0; i < s.pending_tokens.size(); ++i) {
+        const int32_t idx = batch_.add(s.pending_tokens[i], s.pending_pos[i], seq, false);
+        batch_.set_embd(idx, {s.pending_h.data() + i * n_embd_, 1, (size_t) n_embd_});
+    }
+}
+
+void MtpDrafter::defer_prompt(llama_seq_id seq, const common_batch & target_batch) {
+    Sequence & s = seqs_[seq];
     const int32_t n = target_batch.size();
     if (n <= 0) {
         return;
@@ -123,119 +153,154 @@ void MtpDrafter::defer_prompt(const common_batch & target_batch) {
     const float * h_target = llama_get_embeddings_nextn(target_);
     const int32_t first = std::max(0, n - (int32_t) window_);
     if (first > 0) {
-        pending_tokens_.clear();
-        pending_pos_.clear();
-        pending_h_.clear();
-        cache_dropped_ = true;
+        clear_pending(s);
+        s.cache_dropped = true;
     }
     for (int32_t k = first; k < n; ++k) {
-        if (target_batch.tokens[k].pos[0] >= head_from_) {
-            queue(target_batch.tokens[k].id, target_batch.tokens[k].pos[0],
-                  k == 0 ? h_last_.data() : h_target + (size_t) (k - 1) * n_embd_);
+        if (target_batch.tokens[k].pos[0] >= s.head_from) {
+            queue(s, target_batch.tokens[k].id, target_batch.tokens[k].pos[0],
+                  k == 0 ? s.h_last.data() : h_target + (size_t) (k - 1) * n_embd_);
         }
     }
-    std::memcpy(h_last_.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
+    std::memcpy(s.h_last.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
 }
 
-int32_t MtpDrafter::process_prompt(const common_batch & target_batch) {
+int32_t MtpDrafter::process_prompt(llama_seq_id seq, const common_batch & target_batch) {
+    Sequence & s = seqs_[seq];
     const int32_t n = target_batch.size();
     if (n <= 0) {
         return 0;
     }
-    if (cache_dropped_) {
-        llama_memory_seq_rm(llama_get_memory(head_), 0, -1, -1);
-        cache_dropped_ = false;
-    }
-    if (!pending_tokens_.empty()) {  // rows kept from a previous generation: their own decode (batch capacity)
+    drop_dropped_cache(seq);
+    if (!s.pending_tokens.empty()) {  // rows kept from a previous generation: their own decode (batch capacity)
         batch_.clear();
-        for (size_t i = 0; i < pending_tokens_.size(); ++i) {
-            const int32_t idx = batch_.add(pending_tokens_[i], pending_pos_[i], 0, false);
-            batch_.set_embd(idx, {pending_h_.data() + i * n_embd_, 1, (size_t) n_embd_});
-        }
+        add_pending(seq);
         if (const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get()); rc != 0) {
             return rc;
         }
-        pending_tokens_.clear();
-        pending_pos_.clear();
-        pending_h_.clear();
+        clear_pending(s);
     }
     const float * h_target = llama_get_embeddings_nextn(target_);
     batch_.clear();
     for (int32_t k = 0; k < n; ++k) {
-        if (target_batch.tokens[k].pos[0] < head_from_) {
+        if (target_batch.tokens[k].pos[0] < s.head_from) {
             continue;  // the head has this row; its hidden state pairs with the next
         }
-        const int32_t idx = batch_.add(target_batch.tokens[k].id, target_batch.tokens[k].pos[0], 0, false);
-        const float * h = k == 0 ? h_last_.data() : h_target + (size_t) (k - 1) * n_embd_;
+        const int32_t idx = batch_.add(target_batch.tokens[k].id, target_batch.tokens[k].pos[0], seq, false);
+        const float * h = k == 0 ? s.h_last.data() : h_target + (size_t) (k - 1) * n_embd_;
         batch_.set_embd(idx, {h, 1, (size_t) n_embd_});
     }
     const int32_t rc = batch_.size() > 0 ? llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get()) : 0;
     if (rc == 0) {
-        std::memcpy(h_last_.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
+        std::memcpy(s.h_last.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
     }
     return rc;
 }
 
-int32_t MtpDrafter::draft(llama_token id_last, llama_pos pos, int32_t n_max, std::vector<llama_token> & out) {
-    drafted_from_ = -1;
-    if (n_max <= 0) {
-        return 0;
+int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
+    size_t rows = 0;
+    for (const Request & r : requests) {
+        Sequence & s = seqs_[r.seq];
+        s.drafted_from = -1;
+        s.row = -1;
+        if (r.n_max <= 0) {
+            continue;
+        }
+        keep_last(s, window_);
+        drop_dropped_cache(r.seq);
+        rows += s.pending_tokens.size() + 1;
     }
-    keep_last(window_);
-    if (cache_dropped_) {
-        llama_memory_seq_rm(llama_get_memory(head_), 0, -1, -1);
-        cache_dropped_ = false;
+    if (rows > (size_t) llama_n_batch(head_)) {
+        // Too many catch-up rows for one decode: each sequence's rows go in their own first.
+        for (const Request & r : requests) {
+            Sequence & s = seqs_[r.seq];
+            if (r.n_max <= 0 || s.pending_tokens.empty()) {
+                continue;
+            }
+            batch_.clear();
+            add_pending(r.seq);
+            if (const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get()); rc != 0) {
+                return rc;
+            }
+            clear_pending(s);
+        }
     }
     batch_.clear();
-    for (size_t i = 0; i < pending_tokens_.size(); ++i) {
-        const int32_t idx = batch_.add(pending_tokens_[i], pending_pos_[i], 0, false);
-        batch_.set_embd(idx, {pending_h_.data() + i * n_embd_, 1, (size_t) n_embd_});
+    for (const Request & r : requests) {
+        if (r.n_max <= 0) {
+            continue;
+        }
+        Sequence & s = seqs_[r.seq];
+        add_pending(r.seq);
+        s.row = batch_.add(r.id_last, r.pos, r.seq, true);
+        batch_.set_embd(s.row, {s.h_last.data(), 1, (size_t) n_embd_});
     }
-    int32_t last = batch_.add(id_last, pos, 0, true);
-    batch_.set_embd(last, {h_last_.data(), 1, (size_t) n_embd_});
-    for (int32_t step = 0; step < n_max; ++step) {
+    for (int32_t step = 0; batch_.size() > 0; ++step) {
         const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get());
         if (rc != 0) {
             return rc;
         }
         if (step == 0) {
-            // The catch-up rows and (id_last, pos) are in the head's cache now.
-            pending_tokens_.clear();
-            pending_pos_.clear();
-            pending_h_.clear();
-            drafted_from_ = pos;
+            // The catch-up rows and each (id_last, pos) are in the head's cache now.
+            for (const Request & r : requests) {
+                if (r.n_max > 0) {
+                    clear_pending(seqs_[r.seq]);
+                    seqs_[r.seq].drafted_from = r.pos;
+                }
+            }
         }
-        const float * logits = llama_get_logits_ith(head_, last);
-        const llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
-        if (confidence_ && draft_probability(last) < p_min_) {
-            break;
+        bool more = false;
+        for (const Request & r : requests) {
+            Sequence & s = seqs_[r.seq];
+            if (s.row < 0) {
+                continue;
+            }
+            const int32_t row = s.row;
+            s.row = -1;
+            const float * logits = llama_get_logits_ith(head_, row);
+            const llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
+            if (confidence_ && draft_probability(row) < p_min_) {
+                continue;
+            }
+            r.out->push_back(id);
+            if ((int32_t) r.out->size() >= r.n_max) {
+                continue;
+            }
+            const float * h = llama_get_embeddings_nextn_ith(head_, row);
+            s.h_step.assign(h, h + n_embd_);
+            s.row = -2;  // continues: its row is added below, once the batch is cleared
+            more = true;
         }
-        out.push_back(id);
-        if (step + 1 == n_max) {
-            break;
-        }
-        const float * h = llama_get_embeddings_nextn_ith(head_, last);
-        h_step_.assign(h, h + n_embd_);
         batch_.clear();
-        last = batch_.add(id, pos + step + 1, 0, true);
-        batch_.set_embd(last, {h_step_.data(), 1, (size_t) n_embd_});
+        if (!more) {
+            break;
+        }
+        for (const Request & r : requests) {
+            Sequence & s = seqs_[r.seq];
+            if (s.row == -2) {
+                s.row = batch_.add(r.out->back(), r.pos + step + 1, r.seq, true);
+                batch_.set_embd(s.row, {s.h_step.data(), 1, (size_t) n_embd_});
+            }
+        }
     }
     return 0;
 }
 
-void MtpDrafter::accept(const common_batch & verify_batch, size_t n_accepted) {
+void MtpDrafter::accept(llama_seq_id seq, const common_batch & verify_batch, int32_t first_row, size_t n_accepted) {
+    Sequence & s = seqs_[seq];
     const float * h_target = llama_get_embeddings_nextn(target_);
-    if (drafted_from_ >= 0) {
+    const auto & rows = verify_batch.tokens;
+    if (s.drafted_from >= 0) {
         // Keep (id_last, pos); the head's later rows paired drafts with its own state.
-        llama_memory_seq_rm(llama_get_memory(head_), 0, drafted_from_ + 1, -1);
+        llama_memory_seq_rm(llama_get_memory(head_), seq, s.drafted_from + 1, -1);
     } else {
-        queue(verify_batch.tokens[0].id, verify_batch.tokens[0].pos[0], h_last_.data());
+        queue(s, rows[first_row].id, rows[first_row].pos[0], s.h_last.data());
     }
     for (size_t i = 1; i <= n_accepted; ++i) {
-        queue(verify_batch.tokens[i].id, verify_batch.tokens[i].pos[0], h_target + (i - 1) * n_embd_);
+        queue(s, rows[first_row + i].id, rows[first_row + i].pos[0], h_target + (first_row + i - 1) * n_embd_);
     }
-    std::memcpy(h_last_.data(), h_target + n_accepted * n_embd_, sizeof(float) * n_embd_);
-    drafted_from_ = -1;
+    std::memcpy(s.h_last.data(), h_target + (first_row + n_accepted) * n_embd_, sizeof(float) * n_embd_);
+    s.drafted_from = -1;
 }
 
 }  // namespace mtp

@@ -19,43 +19,54 @@ namespace mtp {
 
 class MtpDrafter {
 public:
-    // p_min: stop drafting at a token whose probability among the head's top 10
-    // is below it (llama.cpp's draft p_min; 0 = never).
-    MtpDrafter(llama_context * target, llama_context * head, float p_min);
+    // n_seq: the sequences the contexts hold (one per parallel slot). p_min: stop
+    // drafting at a token whose probability among the head's top 10 is below it
+    // (llama.cpp's draft p_min; 0 = never).
+    MtpDrafter(llama_context * target, llama_context * head, int32_t n_seq, float p_min);
 
     // The fused driver covers single-head models whose caches roll back in place;
     // chained heads and checkpointed (recurrent) caches keep llama.cpp's driver.
     static bool applies(const llama_model * head, common_context_seq_rm_type target_rm,
                         common_context_seq_rm_type head_rm);
 
-    // Start of a generation (both caches are empty): the first row pairs with zeros.
-    void reset();
-    // A generation that reuses the first `n` positions of the previous one: keep what
-    // the head has (or has queued) of them and drop the rest. False when the head does
-    // not cover them all (its cache was dropped in a plain stretch): then it starts
+    // Start of a generation on `seq` (its caches are empty): the first row pairs with zeros.
+    void reset(llama_seq_id seq);
+    // A generation on `seq` that reuses the first `n` positions of the previous one: keep
+    // what the head has (or has queued) of them and drop the rest. False when the head
+    // does not cover them all (its cache was dropped in a plain stretch): then it starts
     // afresh at position n. `h_valid`: the hidden state kept for the row at n is the
     // target's at n - 1 (the previous generation ended exactly there).
-    bool keep_prefix(llama_pos n, bool h_valid);
-    // Rows the target just decoded (a prompt chunk, positions in order): decoded
-    // into the head's cache with the hidden state of each previous row. Returns
-    // llama_process's code (0 = ok).
-    int32_t process_prompt(const common_batch & target_batch);
+    bool keep_prefix(llama_seq_id seq, llama_pos n, bool h_valid);
+    // Rows the target just decoded (a prompt chunk of `seq`, positions in order, alone in
+    // its batch): decoded into the head's cache with the hidden state of each previous
+    // row. Returns llama_process's code (0 = ok).
+    int32_t process_prompt(llama_seq_id seq, const common_batch & target_batch);
     // The same rows, kept for later instead of decoded now (plain decoding: the
     // head only needs them once it drafts again).
-    void defer_prompt(const common_batch & target_batch);
-    // Proposes up to n_max tokens following `id_last` at `pos` (appended to `out`);
-    // the pending catch-up rows are decoded with the first step. Returns
-    // llama_process's code (0 = ok).
-    int32_t draft(llama_token id_last, llama_pos pos, int32_t n_max, std::vector<llama_token> & out);
-    // The target verified `verify_batch` = [id_last, drafts...] and accepted the
-    // first n_accepted drafts: drop the head's speculative rows and queue the
-    // accepted ones (with the target's hidden states) for the next draft.
-    void accept(const common_batch & verify_batch, size_t n_accepted);
-    // Rows waiting for the head's next decode (the catch-up of its next draft).
-    size_t pending_rows() const { return pending_tokens_.size(); }
+    void defer_prompt(llama_seq_id seq, const common_batch & target_batch);
 
-    // What the driver holds beside the head's cache (queued rows, the carried hidden
-    // state), saved and restored with it by the session's prompt cache.
+    // One sequence's draft: up to n_max tokens following `id_last` at `pos`, appended to `out`.
+    struct Request {
+        llama_seq_id seq;
+        llama_token id_last;
+        llama_pos pos;
+        int32_t n_max;
+        std::vector<llama_token> * out;
+    };
+    // Drafts for every request at once: each draft step is one head decode over all the
+    // sequences still drafting, and the pending catch-up rows ride in the first one.
+    // Returns llama_process's code (0 = ok).
+    int32_t draft(const std::vector<Request> & requests);
+    // The target verified [id_last, drafts...] of `seq` at rows first_row.. of
+    // `verify_batch` and accepted the first n_accepted drafts: drop the head's
+    // speculative rows and queue the accepted ones (with the target's hidden states)
+    // for the next draft.
+    void accept(llama_seq_id seq, const common_batch & verify_batch, int32_t first_row, size_t n_accepted);
+    // Rows of `seq` waiting for the head's next decode (the catch-up of its next draft).
+    size_t pending_rows(llama_seq_id seq) const { return seqs_[seq].pending_tokens.size(); }
+
+    // What the driver holds beside the head's cache for one sequence (queued rows, the
+    // carried hidden state), saved and restored with it by the session's prompt cache.
     struct Snapshot {
         std::vector<llama_token> tokens;
         std::vector<llama_pos> pos;
@@ -63,35 +74,42 @@ public:
         bool cache_dropped = false;
         size_t bytes() const { return tokens.size() * 8 + (h.size() + h_last.size()) * sizeof(float); }
     };
-    Snapshot snapshot() const { return {pending_tokens_, pending_pos_, pending_h_, h_last_, cache_dropped_}; }
-    void restore(const Snapshot & s);
+    Snapshot snapshot(llama_seq_id seq) const;
+    void restore(llama_seq_id seq, const Snapshot & s);
 
 private:
-    void queue(llama_token token, llama_pos pos, const float * h);
-    void keep_last(size_t rows);
+    struct Sequence {
+        bool cache_dropped = false;  // rows were dropped: clear the head's cache before the next decode
+        llama_pos head_from = 0;     // prompt rows before this position are already in the head (or queued)
+        // Rows not yet in the head's cache.
+        std::vector<llama_token> pending_tokens;
+        std::vector<llama_pos> pending_pos;
+        std::vector<float> pending_h;  // [rows, n_embd]
+        std::vector<float> h_last;     // pairs with the next id_last
+        std::vector<float> h_step;     // the head's own state between draft steps
+        llama_pos drafted_from = -1;   // position of the last draft's first row, -1 if none
+        int32_t row = -1;              // this draft step's output row in the head's batch
+    };
+    void queue(Sequence & s, llama_token token, llama_pos pos, const float * h);
+    void keep_last(Sequence & s, size_t rows);
+    void clear_pending(Sequence & s);
+    void drop_dropped_cache(llama_seq_id seq);
+    void add_pending(llama_seq_id seq);  // the sequence's pending rows into batch_
     float draft_probability(int32_t row);  // the drafted token's probability as llama.cpp's driver sees it
 
     // While the target decodes without drafting, the head keeps at most the last
-    // `window_` rows to catch up on: a longer plain stretch drops the head's cache
-    // (positions must stay contiguous) and resumes from the window alone, so
-    // drafting again costs one batched decode of at most window_ rows.
-    size_t window_ = 0;
-    bool cache_dropped_ = false;  // rows were dropped: clear the head's cache before the next decode
-    llama_pos head_from_ = 0;     // prompt rows before this position are already in the head (or queued)
-    float p_min_ = 0.0f;
-    common_sampler_ptr confidence_;  // only with p_min > 0
+    // `window_` rows of a sequence to catch up on: a longer plain stretch drops the
+    // head's cache (positions must stay contiguous) and resumes from the window alone,
+    // so drafting again costs one batched decode of at most window_ rows.
     llama_context * target_;
     llama_context * head_;
     int32_t n_embd_ = 0;
     int32_t n_vocab_ = 0;
     common_batch batch_;
-    // Rows not yet in the head's cache.
-    std::vector<llama_token> pending_tokens_;
-    std::vector<llama_pos> pending_pos_;
-    std::vector<float> pending_h_;   // [rows, n_embd]
-    std::vector<float> h_last_;      // pairs with the next id_last
-    std::vector<float> h_step_;      // the head's own state between draft steps
-    llama_pos drafted_from_ = -1;    // position of the last draft()'s first row, -1 if none
+    size_t window_ = 0;
+    float p_min_ = 0.0f;
+    common_sampler_ptr confidence_;  // only with p_min > 0
+    std::vector<Sequence> seqs_;
 };
 
 }  // namespace mtp

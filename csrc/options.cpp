@@ -73,6 +73,22 @@ void validate(const ContextOptions & o, int32_t max_draft) {
     if (o.n_batch <= longest_draft(o)) {
         fail(ErrorKind::InvalidOption, "n_batch must be greater than n_draft (the verify batch holds n_draft + 1 tokens)");
     }
+    if (o.n_parallel < 1 || o.n_parallel > kMaxParallel) {
+        fail(ErrorKind::InvalidOption, "n_parallel must be between 1 and " + std::to_string(kMaxParallel) + " (got " +
+                                           std::to_string(o.n_parallel) + ")");
+    }
+    if (o.n_parallel > 1 && o.n_ctx / o.n_parallel < kMinSlotContext) {
+        fail(ErrorKind::InvalidOption,
+             "n_parallel=" + std::to_string(o.n_parallel) + " needs n_ctx >= " + std::to_string(o.n_parallel * kMinSlotContext) +
+                 " (each slot holds n_ctx / n_parallel tokens, at least " + std::to_string(kMinSlotContext) +
+                 "); got n_ctx=" + std::to_string(o.n_ctx) + ": at most n_parallel=" +
+                 std::to_string(std::max(1, o.n_ctx / kMinSlotContext)) + " fits, or raise n_ctx");
+    }
+    if (o.n_batch < o.n_parallel * (longest_draft(o) + 1)) {
+        fail(ErrorKind::InvalidOption,
+             "n_batch must be at least n_parallel * (n_draft + 1) = " + std::to_string(o.n_parallel * (longest_draft(o) + 1)) +
+                 " (one verify batch holds every slot's drafts); got " + std::to_string(o.n_batch));
+    }
     if ((o.n_threads && *o.n_threads < 1) || (o.n_threads_batch && *o.n_threads_batch < 1)) {
         fail(ErrorKind::InvalidOption, "n_threads and n_threads_batch must be positive (unset = all cores)");
     }
@@ -272,7 +288,8 @@ llama_context_params to_context_params(const ContextOptions & o) {
     cp.n_ctx = (uint32_t) o.n_ctx;
     cp.n_batch = (uint32_t) o.n_batch;
     cp.n_ubatch = (uint32_t) o.n_batch;
-    cp.n_seq_max = 1;
+    cp.n_seq_max = (uint32_t) o.n_parallel;
+    cp.kv_unified = false;  // each slot its own n_ctx / n_parallel cells: one call cannot fill another's
     cp.n_threads = o.n_threads.value_or(default_threads());
     cp.n_threads_batch = o.n_threads_batch.value_or(cp.n_threads);
     cp.flash_attn_type = resolve_flash_attn(o);

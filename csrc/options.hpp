@@ -33,7 +33,11 @@ struct ContextOptions {
     bool fuse_catch_up = true;               // MtpDrafter where it applies, else common_speculative
     bool cache_prompt = true;                // reuse the prompt prefix already in the contexts
     double cache_size_mb = 256.0;            // saved states of other conversations (0 = keep only the current one)
+    int32_t n_parallel = 1;                  // generations at once, one sequence each; n_ctx is shared among them
 };
+
+constexpr int32_t kMinSlotContext = 256;  // llama.cpp sizes each sequence's cache in steps of 256 cells
+constexpr int32_t kMaxParallel = 256;     // llama.cpp's LLAMA_MAX_SEQ
 
 // The chat layer's tool-call grammar (chat.hpp): which text starts a lazy
 // grammar, the special tokens its output is written with, and the generation

@@ -9,8 +9,10 @@
 #include <atomic>
 #include <list>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -45,25 +47,32 @@ public:
     Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, const ContextOptions & opts);
     ~Session();
 
-    // Generation protocol: begin() then step() until finished, then end().
-    // begin/step/end run without the GIL; one generation at a time.
-    void begin(const std::vector<int32_t> & prompt, const GenerateOptions & opts);
-    StepResult step();
+    // Generation protocol, per slot: begin() returns the slot a generation runs in, then
+    // step(slot) until finished, then end(slot). The session holds n_parallel slots (one
+    // sequence each in both contexts); every step runs one round over all running slots
+    // (a prompt chunk each for slots still reading their prompt, then one draft/verify
+    // iteration that drafts and verifies all the others in shared batches), driven by
+    // whichever caller steps first while the others wait. All of it runs without the GIL.
+    int32_t begin(const std::vector<int32_t> & prompt, const GenerateOptions & opts);
+    StepResult step(int32_t slot);
     // Throws Error(RpcLost) when a connection to an RPC server of the models was lost.
     void check_rpc() const;
-    void end();
-    void cancel() { cancel_requested_.store(true); }
-    bool active() const { return active_.load(); }
+    void end(int32_t slot);
+    void cancel();              // every running generation
+    void cancel(int32_t slot);  // one of them
+    bool active() const { return n_running_.load() > 0; }
+    int32_t n_parallel() const { return (int32_t) slots_.size(); }
 
     Counters stats() const { return total_.snapshot(longest_draft(opts_)); }
-    Counters call_stats() const { return call_.snapshot(active_n_draft_.load(std::memory_order_relaxed)); }
+    Counters call_stats(int32_t slot) const;  // slot < 0: the latest begun
     void reset_stats() { total_.reset(); }
     void print_stats() const;
-    ControllerEstimates draft_controller() const { return controller_.estimates(); }
+    ControllerEstimates draft_controller() const;  // the latest begun slot's
     uint64_t prompt_cache_bytes() const { return saved_bytes_.load(); }  // saved states of other conversations
 
     const ContextOptions & options() const { return opts_; }
-    int32_t n_ctx() const;
+    int32_t n_ctx() const;       // all slots together
+    int32_t n_ctx_slot() const;  // one generation's context
     std::string rollback_mode() const;  // "none", "partial", "rs", "checkpoint"
     std::string flash_attn() const;     // "on", "off", or "auto" (llama.cpp decides per device)
     std::string mtp_driver() const;     // "fused" (MtpDrafter), "upstream" (common_speculative) or "none"
@@ -72,21 +81,90 @@ public:
     std::map<std::string, std::vector<std::string>> devices() const;
 
 private:
+    // One generation's state: sequence `seq` of both contexts.
+    struct Slot {
+        Slot(llama_seq_id seq, int32_t n_max_draft) : seq(seq), controller(n_max_draft) {}
+        const llama_seq_id seq;
+
+        // Between begin() and end() (guarded by mu_).
+        bool in_use = false;
+        int32_t rounds_ready = 0;  // rounds whose output the caller has not taken yet
+        StepResult ready;          // their output, joined
+        std::exception_ptr error;  // this generation failed in a round another caller drove
+        uint64_t last_used = 0;    // begin() order, for picking a slot
+
+        std::atomic<bool> cancel_requested{false};
+        std::atomic<int64_t> deadline_us{0};
+        std::atomic<int32_t> active_n_draft{0};  // longest draft of this call; read by stats readers
+        bool auto_draft = false;          // this call's lengths come from controller
+        bool cache_this_call = false;     // this call's cache_prompt
+        bool head_follows = false;        // this call feeds the head (it may draft)
+        bool head_followed = false;       // the previous call did
+        bool cache_valid = false;         // the contexts hold exactly context_tokens (a whole step completed)
+        size_t reused = 0;                // prompt positions this call took from the contexts
+        bool head_defers_prompt = false;  // the head keeps the prompt's last rows instead of decoding it
+        bool head_stale = false;          // llama.cpp's driver skipped the head's catch-up (plain stretch)
+        struct Observation {
+            int32_t drafted, accepted;
+            int64_t us, head_us;
+            bool resumed;
+        };
+        std::optional<Observation> pending_observation;  // a drafting pass waiting for its replay
+        common_sampler_ptr sampler;
+        common_prompt_checkpoint ckpt;
+        std::vector<llama_token> prompt;  // prompt tokens still to process (all but the last)
+        size_t prompt_done = 0;
+        llama_tokens context_tokens;      // tokens in the target context
+        llama_token id_last = 0;
+        int32_t n_past = 0;
+        llama_tokens draft_tokens;
+        bool replay_pending = false;
+        int32_t max_tokens = 0;
+        int32_t produced = 0;
+        bool prompt_phase = false;
+        bool finished = false;
+        int64_t t_begin_us = 0;
+        bool first_token_seen = false;
+        TextAssembler text;
+        std::set<llama_token> preserved_tokens;  // emitted as text (a chat grammar's markup)
+
+        // This round's iteration.
+        bool is_replay = false;
+        bool resumed = false;
+        int32_t n_max = 0;
+        int32_t first_row = 0;  // its rows in the verify batch
+        std::vector<llama_token> ids;
+        common_sampler_ptr sampler_before;
+        Counters round;
+
+        DraftController controller;  // outlives calls: what it learns persists
+        AtomicCounters call;
+
+        bool wants_stop() const;
+    };
+
     static bool abort_cb(void * data);
     const Model * check_head() const;  // the model holding the MTP head; null for plain decoding
     void create_contexts(const Model * head);
+    Slot & slot_at(int32_t slot) const;
+    Slot & pick_slot(const std::vector<int32_t> & prompt);
+    void prepare(Slot & s, const std::vector<int32_t> & prompt, const GenerateOptions & g);
     // This call may draft (a head, and a draft length above 0 or "auto").
-    bool drafting() const { return (drafter_ || spec_) && active_n_draft_.load(std::memory_order_relaxed) > 0; }
-    int32_t draft_room() const;  // the longest draft the context and max_tokens leave room for
+    bool drafting(const Slot & s) const { return (drafter_ || spec_) && s.active_n_draft.load(std::memory_order_relaxed) > 0; }
+    int32_t draft_room(const Slot & s) const;  // the longest draft the context and max_tokens leave room for
     bool checkpoints_target() const { return seq_rm_tgt_ == COMMON_CONTEXT_SEQ_RM_TYPE_FULL; }
     bool checkpoints_head() const { return ctx_dft_ && seq_rm_dft_ == COMMON_CONTEXT_SEQ_RM_TYPE_FULL; }
-    void check_deadline();
+    // llama.cpp's driver may leave a sequence's head behind in plain stretches (one slot only:
+    // its catch-up reads the target's last batch, which holds every slot's rows).
+    bool head_may_lag() const { return slots_.size() == 1; }
+    static void check_deadline(const Slot & s);
     void head_failed(int32_t rc, const char * what);
     void decode_or_throw(llama_context * ctx, common_batch & batch, const char * what);
-    void record(const Counters & c);
-    void process_prompt_chunk();
-    void clear_contexts();
-    size_t reuse_prefix(const std::vector<int32_t> & prompt);
+    // `shared_batch_counted`: another slot of this round already counted its verify decode.
+    void record(Slot & s, const Counters & c, bool shared_batch_counted = false);
+    void process_prompt_chunk(Slot & s);
+    void clear_contexts(Slot & s);
+    size_t reuse_prefix(Slot & s, const std::vector<int32_t> & prompt);
     // Saved states of other conversations (prompt cache, LRU bounded by cache_size_mb).
     struct SavedState {
         llama_tokens tokens;  // what the contexts held: exactly these positions
@@ -96,23 +174,31 @@ private:
     };
     bool target_rolls_back() const { return seq_rm_tgt_ == COMMON_CONTEXT_SEQ_RM_TYPE_PART; }
     size_t usable_prefix(const llama_tokens & held, const std::vector<int32_t> & prompt) const;
-    void save_state();
-    void restore_state(const SavedState & state);
-    void pick_saved_state(const std::vector<int32_t> & prompt);
-    StepResult step_once();
+    size_t cached_prefix(const Slot & s, const std::vector<int32_t> & prompt) const;
+    void save_state(Slot & s);
+    void restore_state(Slot & s, const SavedState & state);
+    void pick_saved_state(Slot & s, const std::vector<int32_t> & prompt);
 
-    // One draft/verify iteration, in phases (each timed into its bucket of `c`).
-    void speculative_iteration(StepResult & out);
-    void draft(Counters & c, bool & resumed);
-    void resume_upstream_head();
-    void verify(Counters & c);
-    std::vector<llama_token> accept(common_sampler_ptr & sampler_before, Counters & c);
-    void catch_up_head(size_t n_accepted, Counters & c);
-    void restore_checkpoint(std::vector<llama_token> ids, common_sampler_ptr sampler_before, Counters & c);
-    void commit(const std::vector<llama_token> & ids, size_t n_accepted, StepResult & out, Counters & c);
+    // One round (mu_ held): each participating slot's output goes to its `ready`, its
+    // failure to its `error`; nothing is thrown.
+    void run_round();
+    void fail_slot(Slot & s, std::exception_ptr e);
+    void fail_round(std::vector<Slot *> & slots, std::exception_ptr e);
 
-    void commit_tokens(const std::vector<llama_token> & ids, StepResult & out);
-    void finish(StepResult & out, const std::string & reason);
+    // One draft/verify iteration over `slots`, in phases; a slot that fails leaves `slots`.
+    void speculative_iteration(std::vector<Slot *> & slots);
+    void finish_iteration(Slot & s, int64_t us, bool batch_counted);
+    void draft(std::vector<Slot *> & slots);
+    void draft_upstream(std::vector<Slot *> & slots);
+    void resume_upstream_head(Slot & s);
+    void verify(std::vector<Slot *> & slots);
+    void accept(Slot & s);
+    void catch_up_head(std::vector<Slot *> & slots);
+    void restore_checkpoint(Slot & s);
+    void commit(Slot & s, size_t n_accepted, StepResult & out);
+
+    void commit_tokens(Slot & s, const std::vector<llama_token> & ids, StepResult & out);
+    void finish(Slot & s, StepResult & out, const std::string & reason);
 
     std::shared_ptr<Model> target_;
     std::shared_ptr<Model> draft_model_;
@@ -131,49 +217,17 @@ private:
     common_context_seq_rm_type seq_rm_tgt_ = COMMON_CONTEXT_SEQ_RM_TYPE_PART;
     common_context_seq_rm_type seq_rm_dft_ = COMMON_CONTEXT_SEQ_RM_TYPE_PART;
 
-    // Current generation.
-    std::atomic<bool> active_{false};
-    std::atomic<bool> cancel_requested_{false};
-    std::atomic<int64_t> deadline_us_{0};
-    std::atomic<int32_t> active_n_draft_{0};  // longest draft of this call; written by begin() without the GIL, read by stats readers
-    bool auto_draft_ = false;                 // this call's lengths come from controller_
-    bool cache_this_call_ = false;            // this call's cache_prompt
-    bool head_follows_ = false;               // this call feeds the head (it may draft)
-    bool head_followed_ = false;              // the previous call did
-    bool cache_valid_ = false;                // the contexts hold exactly context_tokens_ (a whole step completed)
-    size_t reused_ = 0;                       // prompt positions this call took from the contexts
-    std::list<SavedState> saved_;             // most recent first
+    // Serialises every use of the contexts: begin's cache work, each round, end.
+    mutable std::mutex mu_;
+    std::vector<std::unique_ptr<Slot>> slots_;
+    std::vector<Slot *> round_slots_;  // the slots of the decode running now (read by abort_cb)
+    std::atomic<int32_t> n_running_{0};
+    std::atomic<int32_t> last_slot_{0};
+    uint64_t begin_count_ = 0;
+    std::list<SavedState> saved_;  // most recent first
     std::atomic<uint64_t> saved_bytes_{0};
-    bool head_defers_prompt_ = false;         // the head keeps the prompt's last rows instead of decoding it
-    bool head_stale_ = false;                 // llama.cpp's driver skipped the head's catch-up (plain stretch)
-    struct Observation {
-        int32_t drafted, accepted;
-        int64_t us, head_us;
-        bool resumed;
-    };
-    std::optional<Observation> pending_observation_;  // a drafting pass waiting for its replay
-    common_sampler_ptr sampler_;
-    common_prompt_checkpoint ckpt_;
-    std::vector<llama_token> prompt_;     // prompt tokens still to process (all but the last)
-    size_t prompt_done_ = 0;
-    llama_tokens context_tokens_;         // tokens in the target context
-    llama_token id_last_ = 0;
-    int32_t n_past_ = 0;
-    llama_tokens draft_tokens_;
-    bool replay_pending_ = false;
-    int32_t max_tokens_ = 0;
-    int32_t produced_ = 0;
-    bool prompt_phase_ = false;
-    bool finished_ = false;
-    int64_t t_begin_us_ = 0;
-    bool first_token_seen_ = false;
-    TextAssembler text_;
-    std::set<llama_token> preserved_tokens_;  // emitted as text (a chat grammar's markup)
-
-    DraftController controller_;  // outlives calls: what it learns persists
 
     AtomicCounters total_;
-    AtomicCounters call_;
 };
 
 }  // namespace mtp

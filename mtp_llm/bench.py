@@ -75,10 +75,10 @@ class _TimedNative:
         finally:
             self.seconds += time.perf_counter() - start
 
-    def step(self) -> Any:
+    def step(self, *args: Any) -> Any:
         start = time.perf_counter()
         try:
-            return self._native.step()
+            return self._native.step(*args)
         finally:
             self.seconds += time.perf_counter() - start
 

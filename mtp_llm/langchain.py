@@ -40,8 +40,10 @@ Tool calling:
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -163,6 +165,10 @@ class _MTPParams(BaseModel):
     fuse_catch_up: bool = True
     """Decode the MTP head's catch-up with its first draft step (one head decode less
     per iteration) where it applies; False = llama.cpp's own draft-mtp driver."""
+    n_parallel: int = 1
+    """Calls that run at once on the shared session (``batch``, ``abatch``, concurrent
+    ``ainvoke``/``astream``): their drafts and verifies share each step's batches. ``n_ctx``
+    is divided among them (each holds ``n_ctx // n_parallel`` tokens)."""
     n_gpu_layers: int | None = None
     """Layers offloaded to GPU backends and RPC servers, counted from the last; -1 = all
     (None = 0, or all with ``rpc_servers``)."""
@@ -422,7 +428,15 @@ class MTPLLM(_MTPParams, BaseLLM):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> LLMResult:
-        return _llm_result([list(self._stream(p, stop, run_manager, **kwargs)) for p in prompts])
+        def one(prompt: str) -> list[GenerationChunk]:
+            return list(self._stream(prompt, stop, run_manager, **kwargs))
+
+        workers = min(len(prompts), self.client.n_parallel)
+        if workers <= 1:
+            return _llm_result([one(p) for p in prompts])
+        # ``batch`` hands every prompt to one call: run them in the session's slots at once.
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mtp_llm") as pool:
+            return _llm_result(list(pool.map(one, prompts)))
 
     async def _agenerate(
         self,
@@ -431,10 +445,11 @@ class MTPLLM(_MTPParams, BaseLLM):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> LLMResult:
-        results = []
-        for prompt in prompts:
-            results.append([c async for c in self._astream(prompt, stop, run_manager, **kwargs)])
-        return _llm_result(results)
+        async def one(prompt: str) -> list[GenerationChunk]:
+            return [c async for c in self._astream(prompt, stop, run_manager, **kwargs)]
+
+        # The session admits n_parallel of them at once; the others await a slot.
+        return _llm_result(list(await asyncio.gather(*(one(p) for p in prompts))))
 
 
 def _mergeable(chunk: GenerationChunk) -> GenerationChunk | None:

@@ -164,6 +164,12 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
         description="Decode the MTP head's catch-up with its first draft step (one head decode less per "
         "iteration) where it applies; False = llama.cpp's own draft-mtp driver.",
     )
+    n_parallel: int = Field(
+        default=1,
+        gt=0,
+        description="Calls that run at once on the shared session (concurrent achat/acomplete, async query "
+        "engines): their drafts and verifies share each step's batches; n_ctx is divided among them.",
+    )
     n_gpu_layers: int | None = Field(
         default=None,
         ge=-1,

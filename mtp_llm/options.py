@@ -44,7 +44,8 @@ class SessionOptions:
     """Stop a draft at a token whose probability among the head's top 10 is below
     this (llama.cpp's draft p_min); 0 = never. Fixed and automatic lengths alike."""
     n_ctx: int = 2048
-    """Context size of the target and MTP contexts."""
+    """Context size of the target and MTP contexts, shared by the ``n_parallel`` slots (each
+    holds ``n_ctx // n_parallel`` tokens, as llama-server's ``-c`` with ``-np``)."""
     n_batch: int = 512
     """Maximum tokens per decode call (prompt chunk size)."""
     n_threads: int | None = None
@@ -79,10 +80,15 @@ class SessionOptions:
     first draft step (mtp_llm's own driver: one head decode less per iteration)
     where it applies: single-head models whose caches roll back in place. False,
     or elsewhere: llama.cpp's common_speculative draft-mtp driver."""
+    n_parallel: int = 1
+    """Generations that run at once on this session (slots): each call takes a free slot
+    (the one whose cached prefix matches its prompt best) and every step drafts and
+    verifies all running calls in shared batches; more calls wait their turn. Between 1
+    and 256, with at least 256 tokens of ``n_ctx`` per slot."""
 
     def __post_init__(self) -> None:
         _set(self, "n_draft", draft_length("n_draft", self.n_draft))
-        for name in ("n_draft_max", "n_ctx", "n_batch"):
+        for name in ("n_draft_max", "n_ctx", "n_batch", "n_parallel"):
             _set(self, name, _int(name, getattr(self, name)))
         if not 1 <= self.n_draft_max <= MAX_DRAFT:
             raise InvalidOptionError(f"n_draft_max must be between 1 and {MAX_DRAFT} (got {self.n_draft_max})")

@@ -27,59 +27,79 @@ def _on_event_loop_thread() -> bool:
     return True
 
 
-class _GenerationLock:
-    """One generation per session: other threads wait, re-entry from the owner raises."""
+class _SlotGate:
+    """Admission to a session's ``n_parallel`` slots: when all are taken, other threads wait
+    and asyncio tasks await; a thread that already holds one, or the event loop's own
+    thread, gets SessionBusyError instead (it would wait on itself)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._owner: object | None = None
+    def __init__(self, n_slots: int) -> None:
+        self._n_slots = n_slots
+        self._free = n_slots
+        self._owners: dict[object, int] = {}
+        self._changed = threading.Condition()
 
     def _busy_error(self) -> SessionBusyError:
+        if self._n_slots == 1:
+            return SessionBusyError(
+                "a generation is already running on this session in this thread (an unfinished stream?): "
+                "exhaust or close it first, or use another MTP session"
+            )
         return SessionBusyError(
-            "a generation is already running on this session in this thread (an unfinished stream?): "
-            "exhaust or close it first, or use another MTP session"
+            f"all {self._n_slots} slots of this session are busy and this thread holds one (an unfinished "
+            "stream?): exhaust or close it first, or create the session with a larger n_parallel"
         )
+
+    def _take(self, owner: object) -> None:
+        self._free -= 1
+        self._owners[owner] = self._owners.get(owner, 0) + 1
+
+    def release(self, owner: object) -> None:
+        with self._changed:
+            self._free += 1
+            if self._owners[owner] == 1:
+                del self._owners[owner]
+            else:
+                self._owners[owner] -= 1
+            self._changed.notify()
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
         owner = threading.get_ident()
-        if self._owner == owner:
-            raise self._busy_error()
-        if not self._lock.acquire(blocking=False):
-            if _on_event_loop_thread():
-                # Waiting here would block the event loop that has to finish the holder.
-                raise self._busy_error()
-            self._lock.acquire()
-        self._owner = owner
+        with self._changed:
+            if self._free == 0:
+                if owner in self._owners or _on_event_loop_thread():
+                    # Waiting here would block the holder (this thread, or the event loop that finishes it).
+                    raise self._busy_error()
+                while self._free == 0:
+                    self._changed.wait()
+            self._take(owner)
         try:
             yield
         finally:
-            self._owner = None
-            self._lock.release()
+            self.release(owner)
 
     async def acquire_async(self, owner: object) -> None:
-        # Polling keeps cancellation safe: a cancelled waiter never owns the lock.
-        if self._owner == owner:
-            raise self._busy_error()
-        while not self._lock.acquire(blocking=False):
+        # Polling keeps cancellation safe: a cancelled waiter never holds a slot.
+        while True:
+            with self._changed:
+                if self._free > 0:
+                    self._take(owner)
+                    return
             await asyncio.sleep(0.002)
-        self._owner = owner
-
-    def release(self) -> None:
-        self._owner = None
-        self._lock.release()
 
 
 class MTP:
     """A speculative-decoding session: target context, MTP draft context and
     llama.cpp's draft-mtp state, plus the target sampler.
 
-    One generation runs at a time; calls from other threads wait their turn.
+    Up to ``n_parallel`` generations run at once (default 1): each takes a slot, and every
+    step drafts and verifies all running ones in shared batches; further calls from other
+    threads wait their turn, asyncio tasks await without blocking the loop.
     Statistics accumulate across calls (see :meth:`stats`).
 
     The other keyword arguments (``n_draft``, ``n_draft_max``, ``p_min``, ``n_ctx``, ``n_batch``, ``n_threads``,
     ``n_threads_batch``, ``flash_attn``, ``type_k``, ``type_v``, ``offload_kqv``,
-    ``rollback``, ``fuse_catch_up``, ``cache_prompt``, ``cache_size_mb``) are the fields of :class:`SessionOptions`, documented there;
+    ``rollback``, ``fuse_catch_up``, ``cache_prompt``, ``cache_size_mb``, ``n_parallel``) are the fields of :class:`SessionOptions`, documented there;
     :meth:`from_options` takes a ``SessionOptions`` directly.
 
     Args:
@@ -111,6 +131,7 @@ class MTP:
         fuse_catch_up: bool = True,
         cache_prompt: bool = True,
         cache_size_mb: float = 256.0,
+        n_parallel: int = 1,
         defaults: GenerationOptions | None = None,
     ) -> None:
         options = SessionOptions(
@@ -129,6 +150,7 @@ class MTP:
             fuse_catch_up=fuse_catch_up,
             cache_prompt=cache_prompt,
             cache_size_mb=cache_size_mb,
+            n_parallel=n_parallel,
         )
         self._open(model, draft_model, options, defaults)
 
@@ -169,7 +191,7 @@ class MTP:
         self.session_options = options
         """The options this session was created with."""
         self.defaults = defaults or GenerationOptions()
-        self._lock = _GenerationLock()
+        self._slots = _SlotGate(options.n_parallel)
         self._native: Any = None
         self._native = _core.Session(
             model._native, draft_model._native if draft_model is not None else None, options.to_native()
@@ -200,7 +222,19 @@ class MTP:
 
     @property
     def n_ctx(self) -> int:
+        """Context size of the session, all slots together."""
         return int(self._native.n_ctx)
+
+    @property
+    def n_ctx_slot(self) -> int:
+        """Tokens one generation can hold (prompt plus output): ``n_ctx // n_parallel``,
+        rounded up to llama.cpp's 256-cell granularity."""
+        return int(self._native.n_ctx_slot)
+
+    @property
+    def n_parallel(self) -> int:
+        """Generations that can run at once (slots)."""
+        return int(self._native.n_parallel)
 
     @property
     def rollback_mode(self) -> str:
@@ -234,7 +268,8 @@ class MTP:
 
     @property
     def last_stats(self) -> MTPStats:
-        """Stats of the latest (or running) call only."""
+        """Stats of the latest begun (or running) call only; each call's own come with its
+        :class:`DoneEvent`."""
         return MTPStats.from_counters(self._native.call_stats())
 
     def reset_stats(self) -> None:
@@ -245,7 +280,7 @@ class MTP:
         self._native.print_stats()
 
     def cancel(self) -> None:
-        """Stop the running generation (from any thread); it raises GenerationCancelledError."""
+        """Stop the running generations (from any thread); each raises GenerationCancelledError."""
         self._native.cancel()
 
     # ----------------------------------------------------------- generation
@@ -309,13 +344,12 @@ class MTP:
         opts = self._call_options(options, kwargs)
         tokens = self.tokenize_prompt(prompt)
         self._check_open()
-        with self._lock.hold():
+        with self._slots.hold():
+            slot = self._begin(tokens, opts)
             try:
-                # begin() inside the try: an interrupt right after it still ends the generation.
-                self._begin(tokens, opts)
-                yield from self._drive(opts)
+                yield from self._drive(slot, opts)
             finally:
-                self._native.end()
+                self._native.end(slot)
 
     async def astream_events(
         self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any
@@ -328,45 +362,49 @@ class MTP:
         self._check_open()
         loop = asyncio.get_running_loop()
         owner = object()
-        await self._lock.acquire_async(owner)
+        await self._slots.acquire_async(owner)
+        begun: list[int] = []  # the slot, also when the task is cancelled while begin() runs
         try:
             try:
-                await self._in_thread(loop, self._begin, tokens, opts)
-                events = _EventStream(self, opts.emit_stats_every)
+                await self._in_thread(loop, None, lambda: begun.append(self._begin(tokens, opts)))
+                slot = begun[0]
+                events = _EventStream(self, slot, opts.emit_stats_every)
                 finished = False
                 while not finished:
-                    step_tokens, finished, reason = await self._in_thread(loop, self._native.step)
+                    step_tokens, finished, reason = await self._in_thread(loop, slot, self._native.step, slot)
                     for event in events.feed(step_tokens, finished, reason):
                         yield event
             finally:
-                self._native.end()
+                if begun:
+                    self._native.end(begun[0])
         finally:
-            self._lock.release()
+            self._slots.release(owner)
 
     async def agenerate(self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any) -> str:
         """Async :meth:`generate`."""
         parts = [e.text async for e in self.astream_events(prompt, options=options, **kwargs) if type(e) is TokenEvent]
         return "".join(parts)
 
-    async def _in_thread(self, loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> Any:
+    async def _in_thread(self, loop: asyncio.AbstractEventLoop, slot: int | None, fn: Any, *args: Any) -> Any:
         future = loop.run_in_executor(None, fn, *args)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            self._native.cancel()
+            if slot is not None:
+                self._native.cancel(slot)
             with contextlib.suppress(Exception):
                 await asyncio.wait([future])
             raise
 
-    def _begin(self, tokens: list[int], options: GenerationOptions) -> None:
-        self._native.begin(tokens, options.to_native())
+    def _begin(self, tokens: list[int], options: GenerationOptions) -> int:
+        return int(self._native.begin(tokens, options.to_native()))
 
-    def _drive(self, opts: GenerationOptions) -> Iterator[Event]:
+    def _drive(self, slot: int, opts: GenerationOptions) -> Iterator[Event]:
         step = self._native.step
-        events = _EventStream(self, opts.emit_stats_every)
+        events = _EventStream(self, slot, opts.emit_stats_every)
         finished = False
         while not finished:
-            step_tokens, finished, reason = step()
+            step_tokens, finished, reason = step(slot)
             yield from events.feed(step_tokens, finished, reason)
 
     # ------------------------------------------------------------- lifetime
@@ -395,12 +433,16 @@ class MTP:
 class _EventStream:
     """Turns native step results into typed events (shared by sync and async paths)."""
 
-    __slots__ = ("_session", "_every", "_count")
+    __slots__ = ("_session", "_slot", "_every", "_count")
 
-    def __init__(self, session: MTP, every: int) -> None:
+    def __init__(self, session: MTP, slot: int, every: int) -> None:
         self._session = session
+        self._slot = slot
         self._every = every
         self._count = 0
+
+    def _stats(self) -> MTPStats:
+        return MTPStats.from_counters(self._session._native.call_stats(self._slot))
 
     def feed(self, step_tokens: list[tuple[int, str]], finished: bool, reason: str | None) -> list[Event]:
         events: list[Event] = []
@@ -410,11 +452,11 @@ class _EventStream:
             if every:
                 self._count += 1
                 if self._count % every == 0:
-                    events.append(StatsEvent(self._session.last_stats))
+                    events.append(StatsEvent(self._stats()))
         if finished:
             if reason == "eog":
                 events.append(EogEvent(step_tokens[-1][0]))
-            events.append(DoneEvent(self._session.last_stats, reason or "length"))
+            events.append(DoneEvent(self._stats(), reason or "length"))
         return events
 
 

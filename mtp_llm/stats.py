@@ -75,6 +75,12 @@ class MTPStats:
 
     iters: int
     """Target verify passes, replays included."""
+    verify_batches: int
+    """Target verify decodes. Each verifies every running call of the session at once
+    (``n_parallel``): for a call this equals ``iters``, for a session's stats ``iters /
+    verify_batches`` is the mean number of calls per decode (``mean_calls_per_batch``)."""
+    mean_calls_per_batch: float
+    """iters / verify_batches: how many calls shared each verify decode (1.0 alone)."""
     replays: int
     """Verify passes that re-checked already accepted tokens after a checkpoint
     restore (hybrid models without recurrent rollback); never counted as drafts."""
@@ -139,6 +145,8 @@ class MTPStats:
         controller = c.get("draft_controller")
         return cls(
             iters=int(c["iters"]),
+            verify_batches=int(c["verify_batches"]),
+            mean_calls_per_batch=int(c["iters"]) / int(c["verify_batches"]) if int(c["verify_batches"]) else 0.0,
             replays=int(c["replays"]),
             drafts_generated=generated,
             drafts_accepted=accepted,

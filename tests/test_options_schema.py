@@ -72,7 +72,7 @@ def test_engine_spec_is_read_by_field_name() -> None:
         "n_draft": 2,
         "n_draft_max": 3,
         "p_min": 0.5,
-        "n_ctx": 512,
+        "n_ctx": 1024,
         "n_batch": 64,
         "n_threads": 1,
         "n_threads_batch": 2,
@@ -84,6 +84,7 @@ def test_engine_spec_is_read_by_field_name() -> None:
         "cache_prompt": False,
         "cache_size_mb": 8.0,
         "fuse_catch_up": False,
+        "n_parallel": 4,
     }
     assert set(changed) == {f.name for f in dataclasses.fields(SessionOptions)}
     loading = {"model_path": "model.gguf", "draft_model_path": "mtp-model.gguf", "n_gpu_layers": 1, "use_mmap": False}
