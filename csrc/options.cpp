@@ -164,7 +164,8 @@ bool ends_with(const llama_tokens & tokens, size_t end, const llama_tokens & tag
 // The tokens of the generation prompt inside a reasoning block: from its last start tag to
 // the end tag that closes it, or to the prompt's end ("<think>\n", or "<think>\n\n</think>"
 // when thinking is off). llama.cpp's budget sampler is fed the generation prompt as
-// sampling.cpp tokenizes it and counts these, but they are the template's, not the model's.
+// sampling.cpp tokenizes it and counts these, but they are the template's, not the model's
+// (they are added to the budget, so a block the model opens again later gets them too).
 int32_t prefilled_reasoning(const common_params_sampling & sp, const llama_vocab * vocab) {
     llama_tokens tokens;
     const std::string & prompt = sp.generation_prompt;
