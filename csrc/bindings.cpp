@@ -297,7 +297,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("presence_penalty", &mtp::SamplingOptions::presence_penalty)
         .def_readwrite("penalty_last_n", &mtp::SamplingOptions::penalty_last_n)
         .def_readwrite("grammar", &mtp::SamplingOptions::grammar)
-        .def_readwrite("chat", &mtp::SamplingOptions::chat);
+        .def_readwrite("chat", &mtp::SamplingOptions::chat)
+        .def_readwrite("reasoning_budget", &mtp::SamplingOptions::reasoning_budget);
 
     py::class_<mtp::GenerateOptions>(m, "GenerateOptions")
         .def(py::init<>())

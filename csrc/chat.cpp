@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <string_view>
 
 #include "errors.hpp"
 #include "json-schema-to-grammar.h"
@@ -56,18 +57,79 @@ std::vector<common_chat_tool> parse_tools(const std::string & tools_json) {
 
 // A forced call (tool_choice "required" or a tool's name) is the answer: the chat
 // layer's grammar lets free text precede the call (the root's `until-N` rule right
-// before the tool-call rule), which is dropped here. Reasoning, where the format
-// has it, still comes first. Roots of another shape are left as they are.
+// before the tool-call rule, with the optional tags of a content section around it,
+// as Kimi-K3's "<|open|>response<|sep|>"), which is dropped here. Reasoning, where
+// the format has it, still comes first. Roots of another shape are left as they are.
 std::string force_call(const std::string & grammar) {
     static const std::regex content_before_call(R"(\buntil-\d+\??(\s+(?:space\s+)?[\w-]*tool-call))");
+    static const std::regex section_before_call(
+        R"re((\s)"[^"\\]*"\?\s+until-\d+\??\s+"[^"\\]*"\?(\s+(?:space\s+)?[\w-]*tool-call))re");
     size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
     if (start == std::string::npos) {
         return grammar;
     }
     start += start == 0 ? 0 : 1;
     const size_t end = std::min(grammar.find('\n', start), grammar.size());
-    const std::string root = std::regex_replace(grammar.substr(start, end - start), content_before_call, "$1");
+    std::string root = std::regex_replace(grammar.substr(start, end - start), content_before_call, "$1");
+    root = std::regex_replace(root, section_before_call, "$1$2");
     return grammar.substr(0, start) + root + grammar.substr(end);
+}
+
+// The tagged-argument formats whose calls end with the call's end tag right after the last
+// argument (GLM-4.6, GLM-4.7, Spark2.5, Laguna: "...</arg_value></tool_call>"): the chat
+// layer's parser requires the end tag there (a lookahead, which the grammar cannot say;
+// Laguna's tolerates whitespace), its grammar lets whitespace in, and an output with it does
+// not parse. The grammar is narrowed to what the templates render and every such parser
+// reads: no whitespace between a call's last argument and its end tag (a tool without
+// arguments keeps the space after its name).
+std::string close_calls_tightly(const std::string & grammar) {
+    static const std::regex call_end(R"re(\(((?:tool-[\w-]+)(?: \| tool-[\w-]+)*)\) space ("))re");
+    std::vector<std::string> after_arguments;  // tools whose rule ends with an argument's rule
+    for (size_t at = 0; at < grammar.size();) {
+        const size_t end = std::min(grammar.find('\n', at), grammar.size());
+        const std::string_view line(grammar.data() + at, end - at);
+        const size_t defined = line.find(" ::= ");
+        if (line.rfind("tool-", 0) == 0 && defined != std::string_view::npos) {
+            std::string_view body = line.substr(defined + 5);
+            while (!body.empty() && (body.back() == ')' || body.back() == '*' || body.back() == '?')) {
+                body.remove_suffix(1);
+            }
+            const size_t last = body.find_last_of(" (");
+            const std::string_view tail = last == std::string_view::npos ? body : body.substr(last + 1);
+            if (tail.rfind("tool-", 0) == 0 && tail.find("-arg-") != std::string_view::npos) {
+                after_arguments.emplace_back(line.substr(0, defined));
+            }
+        }
+        at = end + 1;
+    }
+    if (after_arguments.empty()) {
+        return grammar;
+    }
+    std::string out;
+    auto from = grammar.cbegin();
+    for (std::sregex_iterator it(grammar.begin(), grammar.end(), call_end), last; it != last; ++it) {
+        const std::string alternatives = (*it)[1];
+        bool tight = false;
+        for (size_t at = 0; at <= alternatives.size() && !tight;) {
+            const size_t bar = std::min(alternatives.find(" | ", at), alternatives.size());
+            const std::string name = alternatives.substr(at, bar - at);
+            tight = std::find(after_arguments.begin(), after_arguments.end(), name) != after_arguments.end();
+            at = bar + 3;
+        }
+        out.append(from, (*it)[0].first);
+        out += tight ? "(" + alternatives + ") \"" : std::string((*it)[0]);
+        from = (*it)[0].second;
+    }
+    out.append(from, grammar.cend());
+    return out;
+}
+
+// Mistral's call ids ("[CALL_ID]" + id, before "[ARGS]") are nine letters and digits: its
+// templates reject any other id when the conversation is rendered back. The chat layer's
+// grammar lets the id be any text; it is narrowed to the shape the template takes back.
+std::string mistral_call_ids(const std::string & grammar) {
+    static const std::regex free_id(R"re("\[CALL_ID\]" until-\d+)re");
+    return std::regex_replace(grammar, free_id, R"re("[CALL_ID]" [a-zA-Z0-9]{9})re");
 }
 
 }  // namespace
@@ -160,7 +222,10 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     ChatPrompt out;
     out.prompt = std::move(params.prompt);
     out.format = common_chat_format_name(params.format);
-    out.grammar = choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED ? force_call(params.grammar) : std::move(params.grammar);
+    out.grammar = mistral_call_ids(close_calls_tightly(params.grammar));
+    if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED) {
+        out.grammar = force_call(out.grammar);
+    }
     out.grammar_lazy = params.grammar_lazy;
     for (const auto & t : params.grammar_triggers) {
         if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD) {

@@ -1,6 +1,10 @@
 #include "options.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cmath>
+#include <regex>
 
 #include "errors.hpp"
 #include "ggml.h"
@@ -124,6 +128,10 @@ void validate(const GenerateOptions & g, int32_t session_longest_draft) {
     if (!std::isfinite(s.frequency_penalty) || !std::isfinite(s.presence_penalty)) {
         fail(ErrorKind::InvalidOption, "frequency_penalty and presence_penalty must be finite");
     }
+    if (s.reasoning_budget < -1) {
+        fail(ErrorKind::InvalidOption, "reasoning_budget must be -1 (unlimited), 0 (no reasoning) or a number of "
+                                       "reasoning tokens N > 0 (got " + std::to_string(s.reasoning_budget) + ")");
+    }
     if (s.penalty_last_n < -1) {
         fail(ErrorKind::InvalidOption, "penalty_last_n must be >= -1 (-1 = whole context)");
     }
@@ -149,8 +157,64 @@ void validate(const GenerateOptions & g, int32_t session_longest_draft) {
 // A quantized V cache needs flash attention, so it keeps it.
 namespace {
 
+bool ends_with(const llama_tokens & tokens, size_t end, const llama_tokens & tag) {
+    return !tag.empty() && tag.size() <= end && std::equal(tag.begin(), tag.end(), tokens.begin() + (end - tag.size()));
+}
+
+// The tokens of the generation prompt inside a reasoning block: from its last start tag to
+// the end tag that closes it, or to the prompt's end ("<think>\n", or "<think>\n\n</think>"
+// when thinking is off). llama.cpp's budget sampler is fed the generation prompt as
+// sampling.cpp tokenizes it and counts these, but they are the template's, not the model's
+// (they are added to the budget, so a block the model opens again later gets them too).
+int32_t prefilled_reasoning(const common_params_sampling & sp, const llama_vocab * vocab) {
+    llama_tokens tokens;
+    const std::string & prompt = sp.generation_prompt;
+    for (llama_token t : common_tokenize(vocab, prompt, false, true)) {
+        const std::string piece = common_token_to_piece(vocab, t, true);
+        if (tokens.empty() && !piece.empty() && std::isspace((unsigned char) piece[0]) && !prompt.empty() &&
+            !std::isspace((unsigned char) prompt[0])) {
+            continue;  // as sampling.cpp skips a space some tokenizers put before the first special token
+        }
+        tokens.push_back(t);
+    }
+    size_t opened = 0;
+    for (size_t i = tokens.size(); i > 0 && opened == 0; --i) {
+        if (ends_with(tokens, i, sp.reasoning_budget_start)) opened = i;
+    }
+    if (opened == 0) return 0;
+    size_t i = opened;
+    while (i < tokens.size()) {
+        ++i;
+        if (std::any_of(sp.reasoning_budget_end.begin(), sp.reasoning_budget_end.end(),
+                        [&](const llama_tokens & tag) { return ends_with(tokens, i, tag); })) {
+            break;
+        }
+    }
+    return (int32_t) (i - opened);
+}
+
+// reasoning_budget 0 under a grammar that constrains the whole answer (a forced call): the
+// optional reasoning section of the chat layer's root rule (`("<think>" until-N "</think>")?`),
+// where the generation prompt has not opened it, is left out, so no reasoning can be written
+// in any spelling of the tags (the budget sampler only sees the tags' own tokens).
+std::string without_reasoning(const std::string & grammar, const ChatGrammar & chat) {
+    if (chat.thinking_start.empty() || chat.generation_prompt.find(chat.thinking_start) != std::string::npos) {
+        return grammar;
+    }
+    const std::regex section(R"re( \()re" + regex_escape(gbnf_format_literal(chat.thinking_start)) +
+                             R"re(\??(?:[^()\n]|\([^()\n]*\))*\buntil-\d+(?:[^()\n]|\([^()\n]*\))*\)\?)re");
+    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
+    if (start == std::string::npos) {
+        return grammar;
+    }
+    start += start == 0 ? 0 : 1;
+    const size_t end = std::min(grammar.find('\n', start), grammar.size());
+    return grammar.substr(0, start) + std::regex_replace(grammar.substr(start, end - start), section, "") +
+           grammar.substr(end);
+}
+
 // As llama-server sets up a chat request's sampler (tools/server/server-schema.cpp).
-void apply_chat_grammar(const ChatGrammar & chat, const llama_vocab * vocab, common_params_sampling & sp) {
+void apply_chat_grammar(const ChatGrammar & chat, int32_t budget, const llama_vocab * vocab, common_params_sampling & sp) {
     sp.grammar_lazy = chat.lazy && !sp.grammar.empty();
     for (const auto & word : chat.trigger_words) {
         sp.grammar_triggers.push_back({COMMON_GRAMMAR_TRIGGER_TYPE_WORD, word});
@@ -165,10 +229,22 @@ void apply_chat_grammar(const ChatGrammar & chat, const llama_vocab * vocab, com
         }
     }
     sp.generation_prompt = chat.generation_prompt;
-    if (sp.grammar_lazy && !chat.thinking_start.empty() && !chat.thinking_end.empty()) {
+    // llama.cpp's reasoning-budget sampler watches the format's reasoning tags: it keeps
+    // a lazy grammar from triggering inside reasoning, and with a budget it forces the
+    // (first) end tag once the model has written `budget` tokens of reasoning (llama-server's
+    // --reasoning-budget). What the generation prompt already put inside the block is
+    // added to the sampler's count: the budget is the model's own tokens.
+    if ((sp.grammar_lazy || budget >= 0) && !chat.thinking_start.empty() && !chat.thinking_end.empty()) {
         sp.reasoning_budget_start = common_tokenize(vocab, chat.thinking_start, false, true);
         for (const auto & tag : chat.thinking_end) {
-            sp.reasoning_budget_end.push_back(common_tokenize(vocab, tag, false, true));
+            if (!tag.empty()) {
+                sp.reasoning_budget_end.push_back(common_tokenize(vocab, tag, false, true));
+            }
+        }
+        if (budget >= 0 && !sp.reasoning_budget_end.empty()) {
+            const int32_t prefilled = prefilled_reasoning(sp, vocab);
+            sp.reasoning_budget_tokens = budget > INT32_MAX - prefilled ? INT32_MAX : budget + prefilled;
+            sp.reasoning_budget_forced = sp.reasoning_budget_end.front();
         }
     }
 }
@@ -198,10 +274,12 @@ common_params_sampling to_common_params(const SamplingOptions & s, const llama_v
     sp.penalty_last_n = s.penalty_last_n;
     sp.no_perf = true;
     if (s.grammar && !s.grammar->empty()) {
-        sp.grammar = common_grammar(s.chat ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER, *s.grammar);
+        const bool drop_reasoning = s.chat && !s.chat->lazy && s.reasoning_budget == 0;
+        sp.grammar = common_grammar(s.chat ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER,
+                                    drop_reasoning ? without_reasoning(*s.grammar, *s.chat) : *s.grammar);
     }
     if (s.chat) {
-        apply_chat_grammar(*s.chat, vocab, sp);
+        apply_chat_grammar(*s.chat, s.reasoning_budget, vocab, sp);
     }
     return sp;
 }

@@ -64,6 +64,7 @@ struct SamplingOptions {
     int32_t penalty_last_n = 64;
     std::optional<std::string> grammar;  // GBNF
     std::optional<ChatGrammar> chat;     // set when `grammar` comes from the chat layer
+    int32_t reasoning_budget = -1;       // tokens of reasoning (chat tags): -1 = unlimited, 0 = none
 };
 
 struct GenerateOptions {

@@ -156,6 +156,7 @@ class SamplingOptions:
     penalty_last_n: int
     grammar: str | None
     chat: ChatGrammar | None
+    reasoning_budget: int
     def __init__(self) -> None: ...
 
 class GenerateOptions:

@@ -219,6 +219,7 @@ OPTION_ATTRIBUTES: dict[str, str] = {
     "grammar": "grammar",
     "emit_stats_every": "emit_stats_every",
     "timeout": "timeout",
+    "reasoning_budget": "reasoning_budget",
 }
 """Generation option -> the integration attribute holding its instance default
 (both integrations name the temperature ``temperature``, as their frameworks do)."""

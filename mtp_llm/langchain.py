@@ -205,6 +205,10 @@ class _MTPParams(BaseModel):
     """A GBNF grammar constraining every output."""
     timeout: float | None = None
     """Seconds before a generation is stopped with ``GenerationTimeoutError``."""
+    reasoning_budget: int | None = None
+    """Most reasoning tokens of a chat turn whose format has a reasoning section: 0 = no
+    reasoning, N = at most N, then the section is closed (None = the engine's default, -1:
+    unlimited)."""
     emit_stats_every: int = 0
     """Also emit the ``"mtp_stats"`` custom event every N tokens (0 = only at the end)."""
 

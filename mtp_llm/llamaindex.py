@@ -116,7 +116,7 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     Per-call keyword options: ``max_tokens``, ``stop``, ``temperature``/``temp``,
     ``top_k``, ``top_p``, ``min_p``, ``seed``, ``repeat_penalty``,
     ``frequency_penalty``, ``presence_penalty``, ``penalty_last_n``,
-    ``grammar`` (GBNF), ``emit_stats_every``, ``timeout`` override the
+    ``grammar`` (GBNF), ``emit_stats_every``, ``timeout``, ``reasoning_budget`` override the
     constructor defaults of the same names; ``n_draft`` sets the call's
     draft length ("auto", or up to the session's longest).
     """
@@ -202,6 +202,11 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     grammar: str | None = Field(default=None, description="GBNF grammar constraining every call.")
     emit_stats_every: int = Field(default=0, ge=0, description="Dispatch an MTPStatsEvent every N tokens.")
     timeout: float | None = Field(default=None, gt=0, description="Seconds before a call is stopped.")
+    reasoning_budget: int | None = Field(
+        default=None,
+        description="Most reasoning tokens of a chat turn whose format has a reasoning section: 0 = no reasoning, "
+        "N = at most N, then the section is closed (None = unlimited).",
+    )
 
     _session: MTP | None = PrivateAttr(default=None)
 

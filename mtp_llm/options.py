@@ -168,7 +168,7 @@ class GenerationOptions:
     """Fields the Python layer handles itself (not passed to the engine)."""
     SAMPLING: ClassVar[frozenset[str]] = frozenset(
         {"temp", "top_k", "top_p", "min_p", "seed", "repeat_penalty", "frequency_penalty", "presence_penalty",
-         "penalty_last_n", "grammar"}
+         "penalty_last_n", "grammar", "reasoning_budget"}
     )
     """Fields of the engine's ``GenerateOptions.sampling`` part."""
 
@@ -197,6 +197,12 @@ class GenerationOptions:
     session's longest draft (0 = plain decoding); "auto"."""
     cache_prompt: bool | None = None
     """Reuse the prompt prefix already in the contexts (None = the session's setting)."""
+    reasoning_budget: int = -1
+    """Most tokens the model may write in its format's reasoning section (llama-server's
+    ``--reasoning-budget``, through llama.cpp's reasoning-budget sampler): -1 = unlimited,
+    0 = no reasoning (the section is closed at once), N = at most N tokens, then the end
+    tag is forced and the answer follows. Applies to chat turns whose format has reasoning
+    tags (:mod:`mtp_llm.chat`); a raw completion has none and is not affected."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -268,6 +274,13 @@ def _coerce(name: str, value: Any) -> Any:
         return None
     if name == "n_draft":
         return draft_length(name, value)
+    if name == "reasoning_budget":
+        if _is_not_int(value) or value < -1:
+            raise InvalidOptionError(
+                "reasoning_budget must be -1 (unlimited), 0 (no reasoning) or a number of reasoning tokens N > 0 "
+                f"(got {value!r})"
+            )
+        return int(value)
     if name == "cache_prompt":
         if not isinstance(value, bool):
             raise InvalidOptionError(f"cache_prompt must be True, False or None (got {value!r})")

@@ -55,3 +55,26 @@ def test_llamaindex_forced_call_is_native(qwen: str) -> None:
     assert len(calls[0].tool_id) == 9
     streamed = list(llm.stream_chat_with_tools([tool], user_msg="Weather in Paris?", tool_required=True))
     assert [c.tool_name for c in llm.get_tool_calls_from_response(streamed[-1])] == ["get_weather"]
+
+
+def test_reasoning_budget_reaches_both_integrations(qwen: str) -> None:
+    from llama_index.core.base.llms.types import ThinkingBlock
+    from llama_index.core.llms import ChatMessage
+
+    common = dict(model_path=qwen, n_ctx=2048, n_threads=THREADS, temperature=0, max_tokens=24)
+    chat = ChatMTP(**common, reasoning_budget=3)
+    unlimited = chat.invoke("Weather in Paris?", reasoning_budget=-1)  # the random model reasons until max_tokens
+    assert unlimited.content == "" and unlimited.additional_kwargs["reasoning_content"]
+    bounded = chat.invoke("Weather in Paris?")
+    assert bounded.content and len(bounded.additional_kwargs["reasoning_content"].strip()) <= 3
+    none = chat.invoke("Weather in Paris?", reasoning_budget=0)
+    assert none.content and not none.additional_kwargs.get("reasoning_content", "").strip()
+
+    def thinking(message: ChatMessage) -> str:
+        return "".join(b.content or "" for b in message.blocks if isinstance(b, ThinkingBlock))
+
+    llm = MTPLLM(**common, reasoning_budget=0)
+    response = llm.chat([ChatMessage(role="user", content="Weather in Paris?")])
+    assert response.message.content and not thinking(response.message).strip()
+    unlimited_li = llm.chat([ChatMessage(role="user", content="Weather in Paris?")], reasoning_budget=-1)
+    assert not unlimited_li.message.content and thinking(unlimited_li.message)

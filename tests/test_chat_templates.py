@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mtp_llm import MTP, GenerationOptions, Model
+from mtp_llm import MTP, GenerationOptions, Model, TokenEvent
 from mtp_llm.chat import ChatFormat, ChatTurn, ToolCallDelta, chat_format
 from mtp_llm.gguf.common import tiny_vocab
 from mtp_llm.gguf.hyv3 import write_hy_v3
@@ -48,34 +48,32 @@ JSON_PATH = {
     "microsoft-Phi-3.5-mini-instruct",
 }
 
-_THINKS = "the random model opens the format's free reasoning section and writes in it until max_tokens"
 _FREE = "the random model writes in a free-text part of the call ({}) until max_tokens"
-_UPSTREAM = "the chat layer's grammar allows {} that its parser rejects, and the random model writes it"
-# Forced calls a random-weight model cannot finish in these formats (a trained model writes them).
+_LOOSE = "the chat layer's grammar {}, and the random model writes it until max_tokens"
+_KIMI_THINK = (
+    "the random model writes '<think>' in other tokens than the tag's own ('i', 'n' for 'in'), which llama.cpp's "
+    "reasoning-budget sampler (it matches token sequences) does not see, and reasons until max_tokens; with "
+    "reasoning_budget=0 (no reasoning section in the grammar) it writes the call index after "
+    "'functions.get_weather:' ([0-9]+ in the chat layer's grammar) until max_tokens"
+)
+# Forced calls a random-weight model cannot finish in these formats (a trained model writes them),
+# with reasoning_budget=8 closing the reasoning where the format has it.
 WANDERS = {
-    "Apriel-1.6-15b-Thinker-fixed": _THINKS,
-    "Cohere2MoE": _THINKS,
-    "Kimi-K2-Instruct": _THINKS,
-    "Kimi-K2-Thinking": _THINKS,
-    "moonshotai-Kimi-K2": _THINKS,
-    "LFM2.5-8B-A1B": _THINKS,
-    "MiniMax-M2": _THINKS,
-    "NVIDIA-Nemotron-Nano-v2": _THINKS,
-    "StepFun3.5-Flash": _THINKS,
-    "llama-cpp-deepseek-r1": _THINKS,
-    "Kimi-K3": _FREE.format("the response section"),
-    "muse-glimmer": _FREE.format("the recipient"),
-    "openai-gpt-oss-120b": _FREE.format("the channel name"),
-    "Mistral-Small-3.2-24B-Instruct-2506": _FREE.format("the call id"),
-    "LFM2-8B-A1B": _FREE.format("the repeated argument list"),
-    "LFM2.5-Instruct": _FREE.format("the argument's digits"),
-    "google-gemma-4-31B-it": _FREE.format("the argument key"),
-    "google-gemma-4-31B-it-interleaved": _FREE.format("the argument key"),
-    "openbmb-MiniCPM5-1B": _FREE.format("the parameter value"),
-    "GLM-4.6": _UPSTREAM.format("a space before the tool name"),
-    "GLM-4.7-Flash": _UPSTREAM.format("a space before the tool name"),
-    "Spark2.5": _UPSTREAM.format("a space before the tool name"),
+    "Kimi-K2-Instruct": _KIMI_THINK,
+    "Kimi-K2-Thinking": _KIMI_THINK,
+    "moonshotai-Kimi-K2": _KIMI_THINK,
+    "Kimi-K3": _FREE.format("the call's text after the tool name, and the argument values"),
+    "muse-glimmer": _FREE.format("the recipient after ' to='"),
+    "openai-gpt-oss-120b": _LOOSE.format("lets any name of [A-Za-z0-9_-] follow the channel name (a content type)"),
+    "LFM2-8B-A1B": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
+    "LFM2.5-8B-A1B": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
+    "LFM2.5-Instruct": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
+    "google-gemma-4-31B-it": _LOOSE.format("takes any key and value in the arguments (not the tool's schema)"),
+    "google-gemma-4-31B-it-interleaved": _LOOSE.format("takes any key and value in the arguments (not the tool's schema)"),
+    "openbmb-MiniCPM5-1B": _LOOSE.format("lets an argument repeat without bound"),
 }
+REASONING_BUDGET = 8
+"""Reasoning tokens a forced call may start with: the random model would reason until max_tokens."""
 
 TOOL = {
     "type": "function",
@@ -121,7 +119,9 @@ def _generate(fmt: ChatFormat, turn: ChatTurn, max_tokens: int = 400) -> tuple[l
     session = MTP(fmt.model, n_draft=3, n_ctx=8192, n_threads=THREADS)
     deltas: list[ToolCallDelta] = []
     reason = "length"
-    for event in session.stream_events(turn.prompt, options=turn.options(GenerationOptions(temp=0, max_tokens=max_tokens))):
+    budget = REASONING_BUDGET if turn.supports_thinking else -1
+    options = turn.options(GenerationOptions(temp=0, max_tokens=max_tokens, reasoning_budget=budget))
+    for event in session.stream_events(turn.prompt, options=options):
         if type(event).__name__ == "TokenEvent":
             deltas += turn.feed(event.text).tool_calls  # type: ignore[attr-defined]
         elif type(event).__name__ == "DoneEvent":
@@ -202,6 +202,86 @@ def test_forced_call_is_generated_streamed_and_parsed(template_models: dict[str,
     assert [(e["id"], e["name"], json.loads(e["arguments"])) for e in joined.values()] == [
         (c.id, c.name, c.arguments) for c in calls
     ]
+
+
+# Templates whose generation prompt opens the reasoning section and whose random model's first
+# reasoning tokens are whole characters (the budget sampler lets a split character finish first).
+BUDGET_TEMPLATES = ["Qwen3.5-4B", "llama-cpp-deepseek-r1"]
+
+
+def _reason(fmt: ChatFormat, budget: int, n_draft: int, tools: bool = False) -> tuple[list[int], ChatTurn, int]:
+    """Token ids of a greedy answer with ``reasoning_budget=budget`` (with a tool: under the lazy
+    tool-call grammar), its turn (fed), and the drafts made."""
+    turn = fmt.turn(QUESTION, tools=[TOOL] if tools else (), enable_thinking=True)
+    session = MTP(fmt.model, n_draft=n_draft, n_ctx=2048, n_threads=THREADS)
+    ids = []
+    options = turn.options(GenerationOptions(temp=0, max_tokens=40, reasoning_budget=budget))
+    for event in session.stream_events(turn.prompt, options=options):
+        if isinstance(event, TokenEvent):
+            ids.append(event.id)
+            turn.feed(event.text)
+    return ids, turn, session.last_stats.drafts_generated
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["text", "tools-auto"])
+@pytest.mark.parametrize("name", BUDGET_TEMPLATES)
+def test_reasoning_budget_bounds_the_reasoning_tokens(template_models: dict[str, Path], name: str, tools: bool) -> None:
+    fmt = _format(template_models, name)
+    grammar = fmt.turn(QUESTION, enable_thinking=True).grammar  # type: ignore[attr-defined]
+    assert grammar.generation_prompt.rstrip().endswith(grammar.thinking_start)  # opened by the template
+    end = fmt.model.tokenize(grammar.thinking_end[0], add_special=False)  # the tag the sampler forces
+
+    def contains(ids: list[int], tag: list[int]) -> bool:
+        return any(ids[i : i + len(tag)] == tag for i in range(len(ids)))
+
+    unlimited, turn, _ = _reason(fmt, -1, n_draft=3, tools=tools)
+    assert not contains(unlimited, end) and turn.finish("length").reply.content == ""  # reasons until max_tokens
+    for budget in (0, 1, 3, 8):
+        ids, turn, drafted = _reason(fmt, budget, n_draft=3, tools=tools)
+        assert ids[:budget] == unlimited[:budget]  # the model's own reasoning, then the end tag forced
+        assert ids[budget : budget + len(end)] == end and not contains(ids[: budget + len(end) - 1], end), budget
+        reply = turn.finish("length").reply
+        assert reply.reasoning.strip() == fmt.model.detokenize(ids[:budget]).strip() and reply.content
+        plain, _, plain_drafted = _reason(fmt, budget, n_draft=0, tools=tools)
+        assert drafted > 0 and plain_drafted == 0 and ids == plain  # MTP stays lossless under the budget
+
+
+def test_a_generated_mistral_call_id_renders_back(template_models: dict[str, Path]) -> None:
+    # The chat layer's grammar lets the id after [CALL_ID] be any text; Mistral's templates take
+    # back nine letters and digits only, which the grammar mtp_llm passes asks for.
+    fmt = _format(template_models, "Mistral-Small-3.2-24B-Instruct-2506")
+    turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather")
+    _, _, reply = _generate(fmt, turn, max_tokens=60)
+    (call,) = reply.tool_calls  # type: ignore[attr-defined]
+    assert len(call.id) == 9 and call.id.isalnum()
+    history = [*QUESTION, {"role": "assistant", "content": "", "tool_calls": [call.to_openai()]},
+               {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": "sunny-42"}]
+    assert "sunny-42" in fmt.turn(history, tools=[TOOL]).prompt
+
+
+def test_reasoning_budget_zero_leaves_the_reasoning_out_of_a_forced_call(template_models: dict[str, Path]) -> None:
+    # Kimi-K2's grammar allows an optional "<think>" section before the call, which the random
+    # model writes in other tokens than the tag's own (the budget sampler cannot see it).
+    fmt = _format(template_models, "Kimi-K2-Instruct")
+
+    def output(budget: int) -> str:
+        turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather", enable_thinking=False)
+        options = turn.options(GenerationOptions(temp=0, max_tokens=48, reasoning_budget=budget))
+        return MTP(fmt.model, n_draft=3, n_ctx=2048, n_threads=THREADS).generate(turn.prompt, options=options)
+
+    assert output(-1).startswith("<think>") and output(8).startswith("<think>")
+    assert output(0).startswith("<|tool_call_begin|>functions.get_weather:")
+
+
+def test_reasoning_budget_is_checked_by_the_engine_too(template_models: dict[str, Path]) -> None:
+    from mtp_llm import InvalidOptionError
+
+    fmt = _format(template_models, "Qwen3.5-4B")
+    turn = fmt.turn(QUESTION, enable_thinking=True)
+    options = turn.options(GenerationOptions(max_tokens=4))
+    object.__setattr__(options, "reasoning_budget", -2)  # past the Python check
+    with pytest.raises(InvalidOptionError, match=r"reasoning_budget must be -1 \(unlimited\), 0 \(no reasoning\)"):
+        MTP(fmt.model, n_ctx=512, n_threads=THREADS).generate(turn.prompt, options=options)
 
 
 def test_bad_input_raises_an_mtp_error_naming_the_tool_or_template(template_models: dict[str, Path]) -> None:

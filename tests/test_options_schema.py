@@ -33,6 +33,7 @@ _SET: dict[str, Any] = {
     "presence_penalty": 0.5,
     "penalty_last_n": 9,
     "grammar": 'root ::= "a"',
+    "reasoning_budget": 8,
 }
 """A value other than the default for every option with an instance default."""
 

@@ -24,6 +24,7 @@ options = st.fixed_dictionaries(
         "presence_penalty": numbers,
         "penalty_last_n": st.one_of(st.integers(-3, 100), st.none()),
         "n_draft": st.one_of(st.integers(-2, 6), st.none()),
+        "reasoning_budget": st.one_of(st.integers(-3, 5), st.none(), st.just(1.5)),
         "stop": st.one_of(st.none(), st.text(max_size=4), st.lists(st.text(max_size=4), max_size=3)),
         "timeout": st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.just(-1)),
         "emit_stats_every": st.one_of(st.integers(-2, 5), st.none()),
