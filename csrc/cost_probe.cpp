@@ -37,6 +37,7 @@ CostTiming summarise(std::vector<double> v) {
 struct Probe {
     llama_context_ptr ctx_tgt;
     llama_context_ptr ctx_dft;
+    std::unique_ptr<ComputeThreads> threads;  // ends (detaching itself) before the contexts
     std::vector<common_speculative_ptr> specs;  // [0]: n_max = n_draft (catch-up); [k]: n_max = k
     std::unique_ptr<MtpDrafter> drafter;        // mtp_llm's fused driver, where it applies
     common_sampler_ptr sampler;
@@ -108,6 +109,8 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
     if (!p.ctx_tgt) {
         fail(ErrorKind::ModelLoad, with_log("cost probe: llama.cpp could not create the target context"));
     }
+    p.threads = std::make_unique<ComputeThreads>(cp.n_threads, cp.n_threads_batch);
+    p.threads->attach(p.ctx_tgt.get());
     const common_context_seq_rm_type rm = common_context_can_seq_rm(p.ctx_tgt.get());
     if (rm == COMMON_CONTEXT_SEQ_RM_TYPE_NO || rm == COMMON_CONTEXT_SEQ_RM_TYPE_FULL) {
         fail(ErrorKind::InvalidOption, "cost probe: this model's cache cannot roll back a batch in place, "
@@ -122,6 +125,7 @@ CostCurve measure_costs(const std::shared_ptr<Model> & target, const std::shared
         if (!p.ctx_dft) {
             fail(ErrorKind::MissingMtpHead, with_log("cost probe: llama.cpp could not create the MTP context"));
         }
+        p.threads->attach(p.ctx_dft.get());
         const common_context_seq_rm_type rm_dft = common_context_can_seq_rm(p.ctx_dft.get());
         // The engine's choice of driver (Session::create_contexts).
         if (MtpDrafter::applies(head->get(), rm, rm_dft)) {

@@ -345,6 +345,8 @@ std::vector<std::vector<float>> Model::embed(const std::vector<std::string> & te
     if (!ctx) {
         fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create an embedding context"));
     }
+    ComputeThreads threads(cp.n_threads, cp.n_threads_batch);  // ends before the context
+    threads.attach(ctx.get());
     std::vector<std::vector<float>> out;
     const int n_embd_out = llama_model_n_embd_out(model_.get());
     for (const auto & tokens : tokenized) {

@@ -41,6 +41,9 @@ ForwardResult forward_with_head(const Model & target, const Model & head, const 
     if (!dft) {
         fail(ErrorKind::MissingMtpHead, with_log("llama.cpp could not create the MTP context"));
     }
+    ComputeThreads threads(cp.n_threads, cp.n_threads_batch);  // ends before the contexts
+    threads.attach(tgt.get());
+    threads.attach(dft.get());
     llama_set_embeddings_nextn(tgt.get(), true, false);
     llama_set_embeddings_nextn(dft.get(), true, true);
 

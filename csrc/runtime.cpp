@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "errors.hpp"
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 #include "llama.h"
 #include "log.h"
 
@@ -51,6 +53,72 @@ struct BackendInit {
 };
 
 }  // namespace
+
+namespace {
+
+// Pools not lent out, by thread count, the most recently returned last. They live until
+// the process ends: their workers sleep once they have polled for work a while.
+std::mutex g_pools_mutex;
+std::map<int32_t, std::vector<ggml_threadpool *>> g_free_pools;
+
+ggml_threadpool * take_pool(int32_t n_threads) {
+    {
+        std::lock_guard<std::mutex> lock(g_pools_mutex);
+        auto & free = g_free_pools[n_threads];
+        if (!free.empty()) {
+            ggml_threadpool * pool = free.back();
+            free.pop_back();
+            return pool;
+        }
+    }
+    ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
+    ggml_threadpool * pool = ggml_threadpool_new(&params);
+    if (!pool) {
+        fail(ErrorKind::ModelLoad, "could not start " + std::to_string(n_threads) + " compute threads");
+    }
+    return pool;
+}
+
+void give_pool(int32_t n_threads, ggml_threadpool * pool) {
+    std::lock_guard<std::mutex> lock(g_pools_mutex);
+    g_free_pools[n_threads].push_back(pool);
+}
+
+}  // namespace
+
+ComputeThreads::ComputeThreads(int32_t n_threads, int32_t n_threads_batch)
+    : n_threads_(std::max(1, n_threads)), n_threads_batch_(std::max(1, n_threads_batch)) {
+    single_ = take_pool(n_threads_);
+    if (n_threads_batch_ != n_threads_) {
+        try {
+            batch_ = take_pool(n_threads_batch_);
+        } catch (...) {
+            give_pool(n_threads_, single_);
+            throw;
+        }
+    }
+}
+
+ComputeThreads::~ComputeThreads() {
+    for (llama_context * ctx : attached_) {
+        if (ctx) {
+            llama_detach_threadpool(ctx);  // a decode without a lease gets a pool of its own, never this one
+        }
+    }
+    give_pool(n_threads_, single_);
+    if (batch_) {
+        give_pool(n_threads_batch_, batch_);
+    }
+}
+
+void ComputeThreads::attach(llama_context * ctx) {
+    llama_context *& slot = attached_[attached_[0] ? 1 : 0];
+    if (slot) {
+        fail(ErrorKind::Decode, "internal: a compute-thread lease serves two contexts at most");
+    }
+    llama_attach_threadpool(ctx, single_, batch_ ? batch_ : single_);
+    slot = ctx;
+}
 
 void ensure_backend() {
     static BackendInit init;

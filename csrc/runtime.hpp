@@ -7,6 +7,8 @@
 
 struct ggml_backend_device;
 struct ggml_backend_buffer_type;
+struct ggml_threadpool;
+struct llama_context;
 
 namespace mtp {
 
@@ -23,6 +25,28 @@ int64_t now_us();
 int32_t default_threads();
 // A GPU or integrated-GPU backend is registered.
 bool has_accelerator();
+
+// ggml's CPU worker threads, lent to contexts for as long as they compute (a session's
+// round, a cost probe). ggml is built without OpenMP (CMakeLists.txt), whose thread teams
+// belong to the thread that decodes: a session stepped from executor or server threads got
+// a team per thread and oversubscribed the cores. These pools belong to nobody: a lease
+// takes the most recently returned pool of its size (whose workers may still be polling
+// for work, so they start at once), or starts one when all are lent out, i.e. when
+// several contexts compute at the same time; its end detaches the contexts and returns it.
+class ComputeThreads {
+public:
+    ComputeThreads(int32_t n_threads, int32_t n_threads_batch);
+    ~ComputeThreads();
+    ComputeThreads(const ComputeThreads &) = delete;
+    ComputeThreads & operator=(const ComputeThreads &) = delete;
+    void attach(llama_context * ctx);
+
+private:
+    int32_t n_threads_, n_threads_batch_;
+    ggml_threadpool * single_ = nullptr;  // one-token decodes
+    ggml_threadpool * batch_ = nullptr;   // batches (the same pool where the counts agree)
+    llama_context * attached_[2] = {nullptr, nullptr};  // a lease serves at most a context pair
+};
 
 // One ggml device as `mtp-llm info` lists it.
 struct DeviceInfo {

@@ -85,12 +85,16 @@ void Session::create_contexts(const Model * head) {
     const int32_t n_draft = longest_draft(opts_);
     cp.n_rs_seq = head != nullptr && opts_.rollback != "checkpoint" ? (uint32_t) n_draft : 0;
 
+    n_threads_ = cp.n_threads;
+    n_threads_batch_ = cp.n_threads_batch;
+    ComputeThreads threads(n_threads_, n_threads_batch_);  // for the probing decodes below
     clear_log();
     ctx_tgt_.reset(llama_init_from_model(target_->get(), cp));
     if (!ctx_tgt_) {
         fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create the target context (n_ctx=" +
                                             std::to_string(opts_.n_ctx) + ")"));
     }
+    threads.attach(ctx_tgt_.get());
     if ((int32_t) llama_n_batch(ctx_tgt_.get()) < opts_.n_parallel * (n_draft + 1)) {
         fail(ErrorKind::InvalidOption, "the verify batch needs n_parallel * (n_draft + 1) = " +
                                            std::to_string(opts_.n_parallel * (n_draft + 1)) +
@@ -119,6 +123,7 @@ void Session::create_contexts(const Model * head) {
         fail(ErrorKind::MissingMtpHead, with_log("llama.cpp could not create the MTP draft context for '" +
                                                  head->path() + "'"));
     }
+    threads.attach(ctx_dft_.get());
     seq_rm_dft_ = common_context_can_seq_rm(ctx_dft_.get());
     head_ = head;
 
@@ -698,6 +703,11 @@ void Session::fail_round(std::vector<Slot *> & slots, std::exception_ptr e) {
 }
 
 void Session::run_round() {
+    ComputeThreads threads(n_threads_, n_threads_batch_);
+    threads.attach(ctx_tgt_.get());
+    if (ctx_dft_) {
+        threads.attach(ctx_dft_.get());
+    }
     std::vector<Slot *> & prompting = round_prompting_;
     std::vector<Slot *> & generating = round_generating_;
     prompting.clear();

@@ -27,6 +27,7 @@
 #include "drafter.hpp"
 #include "model.hpp"
 #include "options.hpp"
+#include "runtime.hpp"
 #include "text.hpp"
 
 namespace mtp {
@@ -208,6 +209,7 @@ private:
     llama_flash_attn_type flash_attn_type_ = LLAMA_FLASH_ATTN_TYPE_AUTO;
 
     // Declaration order = reverse teardown order.
+    int32_t n_threads_ = 1, n_threads_batch_ = 1;  // the compute threads each round leases
     llama_context_ptr ctx_tgt_;
     llama_context_ptr ctx_dft_;
     common_speculative_ptr spec_;        // llama.cpp's driver, where the fused one does not apply
