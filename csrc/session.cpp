@@ -14,7 +14,8 @@ namespace mtp {
 // ------------------------------------------------------------- lifetime ---
 
 Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, const ContextOptions & opts)
-    : target_(std::move(target)), draft_model_(std::move(draft)), opts_(opts) {
+    : target_(std::move(target)), draft_model_(std::move(draft)), opts_(opts),
+      controller_(std::clamp(longest_draft(opts), 0, kMaxDraftPositions)) {
     validate(opts_, kMaxDraftPositions);
     check_rpc();
     if (target_->is_mtp_sidecar()) {
@@ -22,9 +23,8 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
                                    "load the trunk model as the target and pass this file as draft_model");
     }
     create_contexts(longest_draft(opts_) > 0 ? check_head() : nullptr);
-    const int32_t n_max_draft = std::clamp(longest_draft(opts_), 0, kMaxDraftPositions);
     for (int32_t i = 0; i < opts_.n_parallel; ++i) {
-        slots_.push_back(std::make_unique<Slot>((llama_seq_id) i, n_max_draft));
+        slots_.push_back(std::make_unique<Slot>((llama_seq_id) i));
     }
 }
 
@@ -284,10 +284,6 @@ Counters Session::call_stats(int32_t slot) const {
     return s.call.snapshot(s.active_n_draft.load(std::memory_order_relaxed));
 }
 
-ControllerEstimates Session::draft_controller() const {
-    return slots_[(size_t) last_slot_.load()]->controller.estimates();
-}
-
 void Session::cancel() {
     for (auto & s : slots_) {
         s->cancel_requested.store(true);
@@ -410,9 +406,11 @@ void Session::prepare(Slot & s, const std::vector<int32_t> & prompt, const Gener
                            std::memory_order_relaxed);
     // The head reads the prompt only if it is going to draft soon; otherwise it
     // keeps the last rows for the catch-up of its first draft.
-    s.head_defers_prompt = s.auto_draft && s.controller.expects_plain() && (drafter_ || head_may_lag());
+    s.head_defers_prompt = s.auto_draft && controller_.expects_plain() && (drafter_ || head_may_lag());
     s.pending_observation.reset();
-    s.controller.interrupt();
+    if (n_running_.load() == 1) {
+        controller_.interrupt();  // a new call after a pause; with others running, the rounds go on
+    }
     s.max_tokens = g.max_tokens;
     s.produced = 0;
     s.text.reset(g.stop);
@@ -886,7 +884,7 @@ void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
             }
             if (!must_restore && sl.pending_observation) {
                 const Slot::Observation & o = *sl.pending_observation;
-                sl.controller.observe(o.drafted, o.accepted, o.us, o.head_us, o.resumed);
+                controller_.observe(o.drafted, o.accepted, o.us, o.head_us, o.resumed);
                 sl.pending_observation.reset();
             }
         }
@@ -905,6 +903,7 @@ int32_t Session::draft_room(const Slot & s) const {
 // Proposes up to the chosen number of tokens for each slot with the MTP head
 // (checkpointing a target that cannot roll back in place first). A replay drafts nothing.
 void Session::draft(std::vector<Slot *> & slots) {
+    int32_t auto_room = -1;  // the longest draft any slot on "auto" has room for (-1: none is)
     for (Slot * s : slots) {
         s->n_max = 0;
         if (s->is_replay) {
@@ -912,8 +911,16 @@ void Session::draft(std::vector<Slot *> & slots) {
         }
         s->draft_tokens.clear();
         if (drafting(*s)) {
-            const int32_t room = draft_room(*s);
-            s->n_max = s->auto_draft ? s->controller.choose(room) : room;
+            s->n_max = draft_room(*s);
+            auto_room = s->auto_draft ? std::max(auto_room, s->n_max) : auto_room;
+        }
+    }
+    if (auto_room >= 0) {
+        const int32_t chosen = controller_.choose(auto_room);
+        for (Slot * s : slots) {
+            if (s->auto_draft && !s->is_replay) {
+                s->n_max = std::min(s->n_max, chosen);
+            }
         }
     }
     if (!drafter_) {

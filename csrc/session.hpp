@@ -68,7 +68,7 @@ public:
     Counters call_stats(int32_t slot) const;  // slot < 0: the latest begun
     void reset_stats() { total_.reset(); }
     void print_stats() const;
-    ControllerEstimates draft_controller() const;  // the latest begun slot's
+    ControllerEstimates draft_controller() const { return controller_.estimates(); }
     uint64_t prompt_cache_bytes() const { return saved_bytes_.load(); }  // saved states of other conversations
 
     const ContextOptions & options() const { return opts_; }
@@ -85,7 +85,7 @@ public:
 private:
     // One generation's state: sequence `seq` of both contexts.
     struct Slot {
-        Slot(llama_seq_id seq, int32_t n_max_draft) : seq(seq), controller(n_max_draft) {}
+        explicit Slot(llama_seq_id seq) : seq(seq) {}
         const llama_seq_id seq;
 
         // Between begin() and end() (guarded by mu_).
@@ -98,7 +98,7 @@ private:
         std::atomic<bool> cancel_requested{false};
         std::atomic<int64_t> deadline_us{0};
         std::atomic<int32_t> active_n_draft{0};  // longest draft of this call; read by stats readers
-        bool auto_draft = false;          // this call's lengths come from controller
+        bool auto_draft = false;          // this call's lengths come from the session's controller
         bool cache_this_call = false;     // this call's cache_prompt
         bool head_follows = false;        // this call feeds the head (it may draft)
         bool head_followed = false;       // the previous call did
@@ -139,7 +139,6 @@ private:
         common_sampler_ptr sampler_before;
         Counters round;
 
-        DraftController controller;  // outlives calls: what it learns persists
         AtomicCounters call;
 
         bool wants_stop() const;
@@ -233,6 +232,10 @@ private:
     uint64_t begin_count_ = 0;
     std::list<SavedState> saved_;  // most recent first
     std::atomic<uint64_t> saved_bytes_{0};
+
+    // One draft length per round for every slot on "auto": the costs it weighs are the
+    // round's (all running slots'), and it outlives calls: what it learns persists.
+    DraftController controller_;
 
     AtomicCounters total_;
 };
