@@ -353,3 +353,30 @@ async def test_llamaindex_async_gather_runs_in_parallel(tiny_paths: dict[str, Pa
     assert [r.text for r in responses] == expected
     assert [r.additional_kwargs["mtp_stats"]["tokens_emitted"] for r in responses] == [48] * 4
     assert llm.session.stats().mean_calls_per_batch > 1.1  # the calls shared verify decodes
+
+
+def test_each_call_keeps_its_own_options(tiny_paths: dict[str, Path]) -> None:
+    """Grammar, stop strings, per-call draft length and seeded sampling of one call are its own:
+    run together, each gives what it gives alone."""
+    parallel, single = open_sessions(tiny_paths, "dense")
+    calls: list[tuple[str, dict[str, Any]]] = [
+        (PROMPTS[0], {"grammar": 'root ::= ("ab" | "cd")+', "max_tokens": 20, "temp": 0}),
+        (PROMPTS[1], {"stop": ["e"], "max_tokens": 40, "temp": 0}),
+        (PROMPTS[2], {"n_draft": 0, "max_tokens": 30, "temp": 0}),
+        (PROMPTS[3], {"temp": 0.9, "seed": 42, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "max_tokens": 30}),
+    ]
+    expected = [single.generate(p, **o) for p, o in calls]
+    got: list[str] = [""] * len(calls)
+    start = threading.Barrier(len(calls))
+
+    def work(i: int) -> None:
+        start.wait()
+        got[i] = parallel.generate(calls[i][0], **calls[i][1])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == expected
+    assert set(got[0]) <= set("abcd") and "e" not in got[1]
