@@ -762,7 +762,7 @@ void Session::process_prompt_chunk(Slot & s) {
                 batch_.add(s.prompt[s.prompt_done + i], (llama_pos) (s.prompt_done + i), s.seq, false);
             }
             decode_or_throw(ctx_tgt_.get(), batch_, "prompt");
-            if (drafting(s) || (spec_ && !head_may_lag())) {
+            if (feeds_head(s)) {
                 if (drafter_ && s.head_defers_prompt) {
                     drafter_->defer_prompt(s.seq, batch_);
                 } else if (drafter_) {
@@ -788,7 +788,7 @@ void Session::process_prompt_chunk(Slot & s) {
                 // where the prompt ends lets the next turn, which extends it, reuse it.
                 save_state(s);
             }
-            if ((drafting(s) || !head_may_lag()) && spec_ && !s.head_stale) {
+            if (spec_ && feeds_head(s) && !s.head_stale) {
                 common_speculative_begin(spec_.get(), s.seq, s.context_tokens);
             }
             s.prompt_phase = false;
@@ -1129,7 +1129,7 @@ void Session::restore_checkpoint(Slot & s) {
 // Keeps the accepted tokens in both caches, drops the rejected rows, and emits
 // the committed tokens.
 void Session::commit(Slot & s, size_t n_accepted, StepResult & out) {
-    if (spec_ && (drafting(s) || !head_may_lag()) && !s.head_stale) {
+    if (spec_ && feeds_head(s) && !s.head_stale) {
         common_speculative_accept(spec_.get(), s.seq, (uint16_t) n_accepted);
     }
     s.n_past += (int32_t) s.ids.size();

@@ -158,6 +158,9 @@ private:
     // llama.cpp's driver may leave a sequence's head behind in plain stretches (one slot only:
     // its catch-up reads the target's last batch, which holds every slot's rows).
     bool head_may_lag() const { return slots_.size() == 1; }
+    // The head reads this slot's rows: it may draft, or llama.cpp's driver keeps every
+    // sequence's head in step (several slots).
+    bool feeds_head(const Slot & s) const { return drafting(s) || (spec_ && !head_may_lag()); }
     static void check_deadline(const Slot & s);
     void head_failed(int32_t rc, const char * what);
     void decode_or_throw(llama_context * ctx, common_batch & batch, const char * what);
