@@ -380,3 +380,20 @@ def test_each_call_keeps_its_own_options(tiny_paths: dict[str, Path]) -> None:
         t.join(60)
     assert got == expected
     assert set(got[0]) <= set("abcd") and "e" not in got[1]
+
+
+@pytest.mark.parametrize("case", ["dense", "hybrid rs"])
+def test_saved_conversations_move_between_slots(tiny_paths: dict[str, Path], case: str) -> None:
+    """Three conversations on two slots: the one pushed out is saved and comes back into
+    whichever slot is free, with its history reused and the fresh session's output."""
+    parallel, single = open_sessions(tiny_paths, case, n_parallel=2)
+    histories = [f"{p} " * 10 for p in PROMPTS[:3]]  # nothing in common: a new one pushes out the oldest
+    answers = [parallel.generate(h, max_tokens=12, temp=0) for h in histories]
+    for turn in range(2):
+        # Both slots busy with the 2nd and 3rd conversations while the 1st comes back.
+        prompts = [histories[i] + answers[i] + f" Turn {turn}." for i in (1, 2, 0)]
+        expected = [token_ids(single, p, max_tokens=12, temp=0) for p in prompts]
+        got, stats = run_concurrently(parallel, prompts[:2], max_tokens=12, temp=0)
+        got_last, stats_last = run_concurrently(parallel, prompts[2:], max_tokens=12, temp=0)
+        assert got + got_last == expected
+        assert all(s.prompt_tokens_cached > 100 for s in stats + stats_last), [s.prompt_tokens_cached for s in stats + stats_last]
