@@ -317,11 +317,14 @@ PYBIND11_MODULE(_core, m) {
              }),
              py::arg("target"), py::arg("draft").none(true), py::arg("options"))
         .def("begin", [](mtp::Session & self, const std::vector<int32_t> & prompt,
-                         const mtp::GenerateOptions & options) {
+                         const mtp::GenerateOptions & options, uint64_t call) {
                  py::gil_scoped_release release;
-                 return self.begin(prompt, options);
+                 return self.begin(prompt, options, call);
              },
-             py::arg("prompt"), py::arg("options"), "Start a generation in a free slot; returns the slot.")
+             py::arg("prompt"), py::arg("options"), py::arg("call") = 0,
+             "Start a generation in a free slot; returns the slot. `call`: an id for end_call().")
+        .def("end_call", &mtp::Session::end_call, py::arg("call"), py::call_guard<py::gil_scoped_release>(),
+             "End the generation begun with this call id, if it still runs.")
         .def("step", [](mtp::Session & self, int32_t slot) {
             mtp::StepResult r;
             {

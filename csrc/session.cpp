@@ -319,7 +319,7 @@ void deliver(StepResult & ready, StepResult && out) {
 
 }  // namespace
 
-int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions & g) {
+int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOptions & g, uint64_t call) {
     check_rpc();
     validate(g, longest_draft(opts_));
     if (prompt.empty()) {
@@ -351,6 +351,7 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
     std::lock_guard<std::mutex> lock(mu_);
     Slot & s = pick_slot(prompt);
     s.in_use = true;
+    s.call_id = call;
     n_running_.fetch_add(1);
     try {
         s.sampler = std::move(sampler);
@@ -619,9 +620,25 @@ void Session::restore_state(Slot & s, const SavedState & state) {
     s.cache_valid = true;
 }
 
+void Session::end_call(uint64_t call) {
+    int32_t slot = -1;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto & s : slots_) {
+            if (call != 0 && s->in_use && s->call_id == call) {
+                slot = s->seq;
+            }
+        }
+    }
+    if (slot >= 0) {
+        end(slot);
+    }
+}
+
 void Session::end(int32_t slot) {
     std::lock_guard<std::mutex> lock(mu_);
     Slot & s = slot_at(slot);
+    s.call_id = 0;
     s.sampler.reset();
     s.sampler_before.reset();
     s.deadline_us.store(0);

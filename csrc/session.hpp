@@ -54,11 +54,14 @@ public:
     // (a prompt chunk each for slots still reading their prompt, then one draft/verify
     // iteration that drafts and verifies all the others in shared batches), driven by
     // whichever caller steps first while the others wait. All of it runs without the GIL.
-    int32_t begin(const std::vector<int32_t> & prompt, const GenerateOptions & opts);
+    // `call`: the caller's id for this generation (0 = none): end_call(call) ends it even
+    // when the caller never saw the slot (interrupted right after begin returned).
+    int32_t begin(const std::vector<int32_t> & prompt, const GenerateOptions & opts, uint64_t call = 0);
     StepResult step(int32_t slot);
     // Throws Error(RpcLost) when a connection to an RPC server of the models was lost.
     void check_rpc() const;
     void end(int32_t slot);
+    void end_call(uint64_t call);  // end() of the slot running generation `call`, if any
     void cancel();              // every running generation
     void cancel(int32_t slot);  // one of them
     bool active() const { return n_running_.load() > 0; }
@@ -94,6 +97,7 @@ private:
         StepResult ready;          // their output, joined
         std::exception_ptr error;  // this generation failed in a round another caller drove
         uint64_t last_used = 0;    // begin() order, for picking a slot
+        uint64_t call_id = 0;      // the caller's id of the running generation
 
         std::atomic<bool> cancel_requested{false};
         std::atomic<int64_t> deadline_us{0};

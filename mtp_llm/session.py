@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Literal, cast
@@ -86,6 +87,9 @@ class _SlotGate:
                     self._take(owner)
                     return
             await asyncio.sleep(0.002)
+
+
+_call_ids = itertools.count(1)  # ids of generations, for MTP._native.end_call
 
 
 class MTP:
@@ -351,11 +355,13 @@ class MTP:
         tokens = self.tokenize_prompt(prompt)
         self._check_open()
         with self._slots.hold():
-            slot = self._begin(tokens, opts)
+            call = next(_call_ids)
             try:
+                # end_call in the finally: an interrupt right after begin() still ends the generation.
+                slot = self._begin(tokens, opts, call)
                 yield from self._drive(slot, opts)
             finally:
-                self._native.end(slot)
+                self._native.end_call(call)
 
     async def astream_events(
         self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any
@@ -369,11 +375,10 @@ class MTP:
         loop = asyncio.get_running_loop()
         owner = object()
         await self._slots.acquire_async(owner)
-        begun: list[int] = []  # the slot, also when the task is cancelled while begin() runs
+        call = next(_call_ids)
         try:
             try:
-                await self._in_thread(loop, None, lambda: begun.append(self._begin(tokens, opts)))
-                slot = begun[0]
+                slot = await self._in_thread(loop, None, self._begin, tokens, opts, call)
                 events = _EventStream(self, slot, opts.emit_stats_every)
                 finished = False
                 while not finished:
@@ -381,8 +386,7 @@ class MTP:
                     for event in events.feed(step_tokens, finished, reason):
                         yield event
             finally:
-                if begun:
-                    self._native.end(begun[0])
+                self._native.end_call(call)  # also when cancelled while begin() ran
         finally:
             self._slots.release(owner)
 
@@ -402,8 +406,8 @@ class MTP:
                 await asyncio.wait([future])
             raise
 
-    def _begin(self, tokens: list[int], options: GenerationOptions) -> int:
-        return int(self._native.begin(tokens, options.to_native()))
+    def _begin(self, tokens: list[int], options: GenerationOptions, call: int) -> int:
+        return int(self._native.begin(tokens, options.to_native(), call))
 
     def _drive(self, slot: int, opts: GenerationOptions) -> Iterator[Event]:
         step = self._native.step
