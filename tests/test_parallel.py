@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import THREADS, LoopTicker
+from test_prompt_cache import CASES  # dense (fused, auto, plain, llama.cpp's driver), sidecar, hybrids
 
 from mtp_llm import (
     MTP,
@@ -36,16 +37,6 @@ PROMPTS = [
     "Happy families are all alike",
 ]
 LONG = " ".join(f"word{i % 17}" for i in range(40))  # several prompt chunks at n_batch=64
-
-CASES: dict[str, dict[str, Any]] = {
-    "dense": {"target": "random", "n_draft": 3},
-    "dense auto": {"target": "random", "n_draft": "auto"},
-    "dense plain": {"target": "random", "n_draft": 0},
-    "dense, llama.cpp's driver": {"target": "random", "n_draft": 3, "fuse_catch_up": False},
-    "sidecar": {"target": "random-trunk", "draft": "mtp-random-trunk", "n_draft": 3},
-    "hybrid rs": {"target": "hybrid", "n_draft": 3, "rollback": "rs"},
-    "hybrid checkpoint": {"target": "hybrid", "n_draft": 3, "rollback": "checkpoint"},
-}
 
 
 def open_sessions(tiny_paths: dict[str, Path], case: str, n_parallel: int = 4, **options: Any) -> tuple[MTP, MTP]:
