@@ -2,7 +2,8 @@
 # One-shot NVIDIA check (one 10-minute command on a 16-core H200 machine, no network):
 # CUDA build for one architecture, the tiny-model equality tests against the CPU build's
 # reference, then `mtp-llm bench` on the built-in model and on synthetic memory-bound ~1B and
-# ~3B models, all layers offloaded. Prepare here with `bash benchmarks/pack_llama_cpp.sh`, then
+# ~3B models, all layers offloaded, and 1 against 4 parallel streams on the 1B one.
+# Prepare here with `bash benchmarks/pack_llama_cpp.sh`, then
 #   run(command="bash benchmarks/gpu_check.sh", carry=["build/llama.cpp-src.tar.gz", "build/gpu-reference.json", "build/wheels"])
 # Tables land in $OUT (or build/gpu-check). MTP_LLM_GPU_CHECK_DRY_RUN=1 stops before nvcc is needed.
 set -euo pipefail
@@ -62,5 +63,6 @@ bench() {  # name, then mtp-llm bench arguments
 bench builtin
 bench synthetic-1B --synthetic 1B --acceptance 0.75
 bench synthetic-3B --synthetic 3B --acceptance 0.75
-for f in "$OUTDIR"/*/bench.md; do echo "## $f"; cat "$f"; done | tee "$OUTDIR/tables.md"
+bench parallel-1B --synthetic 1B --acceptance 0.75 --parallel 1,4 --n-draft 2,auto   # issue 16 on the GPU
+for f in "$OUTDIR"/*/bench.md "$OUTDIR"/*/parallel.md; do echo "## $f"; cat "$f"; done | tee "$OUTDIR/tables.md"
 log "done in $(( $(date +%s) - t0 ))s; results in $OUTDIR"

@@ -55,13 +55,16 @@ def run_parallel(
     threads: int | None,
     reps: int,
     warmup: int,
+    n_gpu_layers: int = 0,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows per (n_draft, streams): aggregate and per-stream tokens/s (median over reps,
     with min-max), the ratio to one stream of the same n_draft, acceptance, calls per verify batch."""
     from .model import Model
     from .session import MTP
 
-    model = Model.load(model_path) if model_path else Model.load_default()
+    model = (
+        Model.load(model_path, n_gpu_layers=n_gpu_layers) if model_path else Model.load_default(n_gpu_layers=n_gpu_layers)
+    )
     n_max = max(levels)
     if len(prompts) < n_max:
         prompts = [prompts[i % len(prompts)] + f" ({i})" for i in range(n_max)]
@@ -137,7 +140,9 @@ def cmd_parallel(args: argparse.Namespace, model_path: str | None, prompts: Sequ
     n_drafts = [draft_length("n_draft", x.strip() if x.strip() == "auto" else int(x)) for x in args.n_draft.split(",")]
     if 0 not in n_drafts:
         n_drafts = [0, *n_drafts]
-    rows, meta = run_parallel(model_path, levels, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup)
+    rows, meta = run_parallel(
+        model_path, levels, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, args.n_gpu_layers
+    )
     table = markdown(rows, meta)
     print(table)
     out = Path(args.out)
