@@ -424,9 +424,7 @@ void Session::prepare(Slot & s, const std::vector<int32_t> & prompt, const Gener
     s.ready = StepResult{};
     s.error = nullptr;
 
-    // llama.cpp's driver cannot leave one of several sequences' heads behind (see
-    // head_may_lag), so with several slots it starts each call afresh.
-    s.cache_this_call = g.cache_prompt.value_or(opts_.cache_prompt) && (drafter_ || !spec_ || head_may_lag());
+    s.cache_this_call = g.cache_prompt.value_or(opts_.cache_prompt);
     s.head_followed = s.head_follows;  // whether the previous call kept the head in step
     s.head_follows = drafting(s);
     if (s.cache_this_call) {
@@ -499,12 +497,20 @@ size_t Session::reuse_prefix(Slot & s, const std::vector<int32_t> & prompt) {
         // A call that did not draft left the head's carried hidden state behind.
         drafter_->keep_prefix(s.seq, (llama_pos) n, exact && s.head_followed);
     } else if (spec_) {
-        // llama.cpp's driver keeps its own carry-over state: start its head afresh when it drafts.
-        llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), s.seq, -1, -1);
-        s.head_stale = true;
+        forget_upstream_head(s);
     }
     s.reused = start;
     return start;
+}
+
+// llama.cpp's driver keeps its own carry-over state, which a reused or restored prefix
+// does not match: the head's cache of the sequence goes. One slot: the head starts afresh
+// from the target's last batch when it next drafts. Several slots: it reads every slot's
+// rows from here on (an empty sequence may start at any position), so it drafts from what
+// it has seen since; output is the target's either way.
+void Session::forget_upstream_head(Slot & s) {
+    llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), s.seq, -1, -1);
+    s.head_stale = head_may_lag();
 }
 
 size_t Session::usable_prefix(const llama_tokens & held, const std::vector<int32_t> & prompt) const {
@@ -612,8 +618,7 @@ void Session::restore_state(Slot & s, const SavedState & state) {
     if (drafter_) {
         drafter_->restore(s.seq, state.drafter);
     } else if (spec_) {
-        llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), s.seq, -1, -1);
-        s.head_stale = true;
+        forget_upstream_head(s);
     }
     s.context_tokens = state.tokens;
     s.n_past = (int32_t) s.context_tokens.size();

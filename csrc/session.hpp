@@ -173,6 +173,7 @@ private:
     void process_prompt_chunk(Slot & s);
     void clear_contexts(Slot & s);
     size_t reuse_prefix(Slot & s, const std::vector<int32_t> & prompt);
+    void forget_upstream_head(Slot & s);
     // Saved states of other conversations (prompt cache, LRU bounded by cache_size_mb).
     struct SavedState {
         llama_tokens tokens;  // what the contexts held: exactly these positions

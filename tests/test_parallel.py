@@ -171,9 +171,10 @@ async def test_async_calls_share_the_session_without_blocking_the_loop(tiny_path
     assert ticker.ticks >= 10
 
 
-def test_a_slot_keeps_its_conversation(tiny_paths: dict[str, Path]) -> None:
+@pytest.mark.parametrize("case", ["dense", "sidecar", "dense, llama.cpp's driver", "hybrid rs", "hybrid checkpoint"])
+def test_a_slot_keeps_its_conversation(tiny_paths: dict[str, Path], case: str) -> None:
     """Prompt cache per slot: a follow-up goes to the slot that holds its history."""
-    parallel, single = open_sessions(tiny_paths, "dense", n_parallel=2)
+    parallel, single = open_sessions(tiny_paths, case, n_parallel=2)
     histories = [f"{LONG} {p}" for p in PROMPTS[:2]]
     answers, _ = run_concurrently(parallel, histories, max_tokens=16, temp=0)
     follow_ups = [h + parallel.model.detokenize(a) + " And then?" for h, a in zip(histories, answers, strict=True)]
@@ -373,7 +374,7 @@ def test_each_call_keeps_its_own_options(tiny_paths: dict[str, Path]) -> None:
     assert set(got[0]) <= set("abcd") and "e" not in got[1]
 
 
-@pytest.mark.parametrize("case", ["dense", "hybrid rs"])
+@pytest.mark.parametrize("case", ["dense", "hybrid rs", "dense, llama.cpp's driver", "hybrid checkpoint"])
 def test_saved_conversations_move_between_slots(tiny_paths: dict[str, Path], case: str) -> None:
     """Three conversations on two slots: the one pushed out is saved and comes back into
     whichever slot is free, with its history reused and the fresh session's output."""
