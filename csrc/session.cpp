@@ -626,23 +626,20 @@ void Session::restore_state(Slot & s, const SavedState & state) {
 }
 
 void Session::end_call(uint64_t call) {
-    int32_t slot = -1;
-    {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (const auto & s : slots_) {
-            if (call != 0 && s->in_use && s->call_id == call) {
-                slot = s->seq;
-            }
+    std::lock_guard<std::mutex> lock(mu_);  // one critical section: the slot cannot be reused in between
+    for (const auto & s : slots_) {
+        if (call != 0 && s->in_use && s->call_id == call) {
+            release(*s);
         }
-    }
-    if (slot >= 0) {
-        end(slot);
     }
 }
 
 void Session::end(int32_t slot) {
     std::lock_guard<std::mutex> lock(mu_);
-    Slot & s = slot_at(slot);
+    release(slot_at(slot));
+}
+
+void Session::release(Slot & s) {
     s.call_id = 0;
     s.sampler.reset();
     s.sampler_before.reset();

@@ -153,6 +153,7 @@ private:
     void create_contexts(const Model * head);
     Slot & slot_at(int32_t slot) const;
     Slot & pick_slot(const std::vector<int32_t> & prompt);
+    void release(Slot & s);  // end of a generation (mu_ held); what the contexts hold stays cached
     void prepare(Slot & s, const std::vector<int32_t> & prompt, const GenerateOptions & g);
     // This call may draft (a head, and a draft length above 0 or "auto").
     bool drafting(const Slot & s) const { return (drafter_ || spec_) && s.active_n_draft.load(std::memory_order_relaxed) > 0; }
