@@ -31,7 +31,7 @@ PATCH_DIR = Path(__file__).resolve().parent.parent / "patches" / "llama.cpp"
 PATCHES: dict[str, str] = {
     "0001-small-batch-matmul.patch": "5c55446fb6fe6f4f18eae6417f8c044d839b2d4aa9c0ef85315aecea31035cc5",
     "0002-repack-padded-gemm.patch": "59e18fc4cfe76cd4e6b720a921f5b444973d1cff634cc0165f3ce65470cdf432",
-    "0003-prefetch-next-rows.patch": "49ab75a2b38722ebd17fc9f702a36c302396259a56093266bb4c9112dcd379c2",
+    "0003-prefetch-next-rows.patch": "73faf8e872b701c57226b77355d83ce358e7748e76e17046ce22aa1714767d6b",
     "0004-prefetch-one-row-path.patch": "f15f3b78626e4a9733e0a50b39f69dedec9081cc1436cfe5008a676119376221",
 }
 STAMP = ".mtp_llm_patches"
