@@ -4,6 +4,7 @@
 #include <regex>
 #include <string_view>
 
+#include "chat_grammar.hpp"
 #include "errors.hpp"
 #include "json-schema-to-grammar.h"
 #include "runtime.hpp"
@@ -222,7 +223,8 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     ChatPrompt out;
     out.prompt = std::move(params.prompt);
     out.format = common_chat_format_name(params.format);
-    out.grammar = mistral_call_ids(close_calls_tightly(params.grammar));
+    const GrammarContext narrowing{forced.empty() ? tools : forced, request.parallel_tool_calls, params.grammar_lazy};
+    out.grammar = narrow_tool_grammar(mistral_call_ids(close_calls_tightly(params.grammar)), narrowing);
     if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED) {
         out.grammar = force_call(out.grammar);
     }

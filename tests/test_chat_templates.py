@@ -49,7 +49,6 @@ JSON_PATH = {
 }
 
 _FREE = "the random model writes in a free-text part of the call ({}) until max_tokens"
-_LOOSE = "the chat layer's grammar {}, and the random model writes it until max_tokens"
 _KIMI_THINK = (
     "the random model writes '<think>' in other tokens than the tag's own ('i', 'n' for 'in'), which llama.cpp's "
     "reasoning-budget sampler (it matches token sequences) does not see, and reasons until max_tokens; with "
@@ -62,15 +61,7 @@ WANDERS = {
     "Kimi-K2-Instruct": _KIMI_THINK,
     "Kimi-K2-Thinking": _KIMI_THINK,
     "moonshotai-Kimi-K2": _KIMI_THINK,
-    "Kimi-K3": _FREE.format("the call's text after the tool name, and the argument values"),
     "muse-glimmer": _FREE.format("the recipient after ' to='"),
-    "openai-gpt-oss-120b": _LOOSE.format("lets any name of [A-Za-z0-9_-] follow the channel name (a content type)"),
-    "LFM2-8B-A1B": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
-    "LFM2.5-8B-A1B": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
-    "LFM2.5-Instruct": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
-    "google-gemma-4-31B-it": _LOOSE.format("takes any key and value in the arguments (not the tool's schema)"),
-    "google-gemma-4-31B-it-interleaved": _LOOSE.format("takes any key and value in the arguments (not the tool's schema)"),
-    "openbmb-MiniCPM5-1B": _LOOSE.format("lets an argument repeat without bound"),
 }
 REASONING_BUDGET = 8
 """Reasoning tokens a forced call may start with: the random model would reason until max_tokens."""
