@@ -60,8 +60,12 @@ std::vector<common_chat_tool> parse_tools(const std::string & tools_json) {
 // layer's grammar lets free text precede the call (the root's `until-N` rule right
 // before the tool-call rule, with the optional tags of a content section around it,
 // as Kimi-K3's "<|open|>response<|sep|>"), which is dropped here. Reasoning, where
-// the format has it, still comes first. Roots of another shape are left as they are.
-std::string force_call(const std::string & grammar) {
+// the format has it, still comes first, unless thinking is off: then the messages a
+// multi-message format (gpt-oss, muse-glimmer: `(start analysis)* start tool-call`)
+// writes before the call's (reasoning, preambles) are dropped too. Roots of another
+// shape are left as they are.
+std::string force_call(const std::string & grammar, bool thinking) {
+    static const std::regex messages_before_call(R"(^root ::= \(start [\w-]+\)\* (start [\w-]*tool-call)$)");
     static const std::regex content_before_call(R"(\buntil-\d+\??(\s+(?:space\s+)?[\w-]*tool-call))");
     static const std::regex section_before_call(
         R"re((\s)"[^"\\]*"\?\s+until-\d+\??\s+"[^"\\]*"\?(\s+(?:space\s+)?[\w-]*tool-call))re");
@@ -72,6 +76,9 @@ std::string force_call(const std::string & grammar) {
     start += start == 0 ? 0 : 1;
     const size_t end = std::min(grammar.find('\n', start), grammar.size());
     std::string root = std::regex_replace(grammar.substr(start, end - start), content_before_call, "$1");
+    if (!thinking) {
+        root = std::regex_replace(root, messages_before_call, "root ::= $1");
+    }
     root = std::regex_replace(root, section_before_call, "$1$2");
     return grammar.substr(0, start) + root + grammar.substr(end);
 }
@@ -226,7 +233,7 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     const GrammarContext narrowing{forced.empty() ? tools : forced, request.parallel_tool_calls, params.grammar_lazy};
     out.grammar = narrow_tool_grammar(mistral_call_ids(close_calls_tightly(params.grammar)), narrowing);
     if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED) {
-        out.grammar = force_call(out.grammar);
+        out.grammar = force_call(out.grammar, request.enable_thinking);
     }
     out.grammar_lazy = params.grammar_lazy;
     for (const auto & t : params.grammar_triggers) {

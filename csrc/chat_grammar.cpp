@@ -167,6 +167,24 @@ std::vector<std::string> literals(const std::string & s) {
     return out;
 }
 
+// The rule names an expression refers to.
+std::vector<std::string> rule_refs(const std::string & s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size();) {
+        if (s[i] == '"' || s[i] == '[' || s[i] == '<') {
+            i = atom_end(s, i);
+        } else if (std::isalpha((unsigned char) s[i])) {
+            size_t e = i;
+            while (e < s.size() && is_name_char(s[e])) ++e;
+            out.push_back(s.substr(i, e - i));
+            i = e;
+        } else {
+            ++i;
+        }
+    }
+    return out;
+}
+
 // Every rule name of `names` in an expression renamed.
 std::string rename(const std::string & s, const std::map<std::string, std::string> & names) {
     std::string out;
@@ -321,20 +339,17 @@ std::string ordered(const std::vector<std::pair<std::string, bool>> & items, con
 
 // ------------------------------------------------------------------ formats --
 
-// A tool's argument list, `(A | B | ...)` repeated at will (tagged formats: MiniCPM5,
-// muse-glimmer, Kimi-K3; LFM2's `A ("," space A)*`), becomes the tool's arguments in order,
-// each at most once and the required ones present. `narrow` may narrow an argument's text.
-void order_arguments(std::string & body, const Tool & tool, Rules & rules,
+// A tool's arguments, `(A | B | ...)` repeated at will (tagged formats: MiniCPM5,
+// muse-glimmer, Kimi-K3; the optional ones after the required ones in the chat layer's
+// generic tagged formats, Qwen3-Coder's and the like; LFM2's `A ("," space A)*`), become the
+// arguments in the schema's order, each at most once and the required ones present. `narrow`
+// may narrow an argument's text. Returns whether the expression changed.
+bool order_arguments(std::string & expr, const Tool & tool, Rules & rules,
                      const std::function<std::string(const std::string &, const Argument &)> & narrow) {
-    if (tool.arguments.empty()) return;
+    if (tool.arguments.empty()) return false;
     // The argument an alternative writes: the one whose name it has as a literal (directly,
-    // or in the rule it names).
-    auto argument_of = [&](const std::string & alt) -> const Argument * {
-        std::vector<std::string> lits = literals(alt);
-        if (const std::string * ref = (is_name_char(alt.front()) && atom_end(alt, 0) == alt.size()) ? rules.find(alt)
-                                                                                                    : nullptr) {
-            lits = literals(*ref);
-        }
+    // or else in a rule it names).
+    auto argument_in = [&](const std::vector<std::string> & lits) -> const Argument * {
         const Argument * found = nullptr;
         for (const auto & a : tool.arguments) {
             if (std::find(lits.begin(), lits.end(), literal(a.name)) != lits.end()) {
@@ -344,39 +359,56 @@ void order_arguments(std::string & body, const Tool & tool, Rules & rules,
         }
         return found;
     };
+    auto argument_of = [&](const std::string & alt) -> const Argument * {
+        if (const Argument * a = argument_in(literals(alt))) return a;
+        std::vector<std::string> lits;
+        for (const auto & ref : rule_refs(alt)) {
+            if (const std::string * body = rules.find(ref)) {
+                const auto more = literals(*body);
+                lits.insert(lits.end(), more.begin(), more.end());
+            }
+        }
+        return argument_in(lits);
+    };
     auto rebuild = [&](const std::vector<std::string> & alts, const std::string & trail, const std::string & sep,
                        bool at_least_one) -> std::optional<std::string> {
-        if (alts.size() != tool.arguments.size()) return std::nullopt;
-        std::vector<std::pair<std::string, bool>> seq(tool.arguments.size());
-        std::vector<bool> seen(tool.arguments.size());
+        std::vector<std::optional<std::pair<std::string, bool>>> by_argument(tool.arguments.size());
         for (const auto & alt : alts) {
-            const Argument * a = argument_of(alt);
-            if (!a) return std::nullopt;
-            const size_t k = a - tool.arguments.data();
-            if (seen[k]) return std::nullopt;
-            seen[k] = true;
-            seq[k] = {narrow(alt, *a) + trail, a->required};
+            const Argument * a = alt.empty() ? nullptr : argument_of(alt);
+            if (!a || by_argument[a - tool.arguments.data()]) return std::nullopt;
+            by_argument[a - tool.arguments.data()] = {{narrow(alt, *a) + trail, a->required}};
+        }
+        std::vector<std::pair<std::string, bool>> seq;
+        for (const auto & entry : by_argument) {
+            if (entry) seq.push_back(*entry);
         }
         return ordered(seq, sep, at_least_one);
     };
-    const auto spans = item_spans(body);
+    bool changed = false;
+    const auto spans = item_spans(expr);
     for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
-        const std::string item = body.substr(it->first, it->second - it->first);
+        std::string item = expr.substr(it->first, it->second - it->first);
         std::optional<std::string> rebuilt;
         if (item.size() > 3 && item.back() == '*' && is_group(item.substr(0, item.size() - 1))) {
-            // (A | B)*, ((A | B) space)*
+            // (A | B)*, ((A | B) space)*, (space (A | B))*
             const std::string inner = group_inner(item.substr(0, item.size() - 1));
             std::vector<std::string> alts = alternatives(inner);
-            std::string trail;
-            if (alts.size() == 1) {
-                const std::vector<std::string> parts = items(inner);
-                if (parts.size() >= 2 && parts.back() == "space") {
-                    std::string head;
-                    for (size_t i = 0; i + 1 < parts.size(); ++i) head += (i ? " " : "") + parts[i];
-                    alts = alternatives(is_group(head) ? group_inner(head) : head);
+            std::string lead, trail;
+            std::vector<std::string> parts = items(inner);
+            if (alts.size() == 1 && parts.size() >= 2) {
+                if (parts.back() == "space") {
                     trail = " space";
+                    parts.pop_back();
                 }
+                if (parts.size() >= 2 && parts.front() == "space") {
+                    lead = "space ";
+                    parts.erase(parts.begin());
+                }
+                std::string body;
+                for (const auto & p : parts) body += (body.empty() ? "" : " ") + p;
+                alts = alternatives(is_group(body) ? group_inner(body) : body);
             }
+            for (auto & alt : alts) alt = lead.empty() ? alt : lead + alt;
             rebuilt = rebuild(alts, trail, "", false);
         } else if (is_group(item)) {
             // ((A | B) ("," space (A | B))*)
@@ -385,13 +417,17 @@ void order_arguments(std::string & body, const Tool & tool, Rules & rules,
                 parts[1].rfind("(\",\" space ", 0) == 0) {
                 const std::string & first = parts[0];
                 rebuilt = rebuild(alternatives(is_group(first) ? group_inner(first) : first), "", "\",\" space", true);
+            } else if (alternatives(group_inner(item)).size() == 1) {
+                std::string inner = group_inner(item);  // (A B (C | D)*): the arguments inside
+                if (order_arguments(inner, tool, rules, narrow)) rebuilt = "(" + inner + ")";
             }
         }
         if (rebuilt) {
-            body.replace(it->first, it->second - it->first, *rebuilt);
-            return;
+            expr.replace(it->first, it->second - it->first, *rebuilt);
+            changed = true;
         }
     }
+    return changed;
 }
 
 std::string keep(const std::string & alt, const Argument &) { return alt; }
@@ -592,9 +628,13 @@ std::string narrow_tool_grammar(const std::string & grammar, const GrammarContex
     } else if (rules.find("gemma4-dict")) {
         gemma4(rules, tools, add);
     } else {
-        for (const auto & tool : tools) {  // tagged arguments (MiniCPM5, muse-glimmer, ...)
-            if (std::string * body = rules.find(rule_name("tool-" + tool.name))) {
-                order_arguments(*body, tool, rules, keep);
+        for (const auto & tool : tools) {  // tagged arguments (MiniCPM5, muse-glimmer, ling-3, ...)
+            const std::string name = rule_name("tool-" + tool.name);
+            for (const auto & [rule, body] : rules.list()) {
+                if (rule == name || (rule.size() > name.size() && rule.compare(rule.size() - name.size() - 1,
+                                                                               name.size() + 1, "-" + name) == 0)) {
+                    order_arguments(*rules.find(rule), tool, rules, keep);
+                }
             }
         }
     }

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,21 +49,10 @@ JSON_PATH = {
     "microsoft-Phi-3.5-mini-instruct",
 }
 
-_FREE = "the random model writes in a free-text part of the call ({}) until max_tokens"
-_KIMI_THINK = (
-    "the random model writes '<think>' in other tokens than the tag's own ('i', 'n' for 'in'), which llama.cpp's "
-    "reasoning-budget sampler (it matches token sequences) does not see, and reasons until max_tokens; with "
-    "reasoning_budget=0 (no reasoning section in the grammar) it writes the call index after "
-    "'functions.get_weather:' ([0-9]+ in the chat layer's grammar) until max_tokens"
-)
-# Forced calls a random-weight model cannot finish in these formats (a trained model writes them),
-# with reasoning_budget=8 closing the reasoning where the format has it.
-WANDERS = {
-    "Kimi-K2-Instruct": _KIMI_THINK,
-    "Kimi-K2-Thinking": _KIMI_THINK,
-    "moonshotai-Kimi-K2": _KIMI_THINK,
-    "muse-glimmer": _FREE.format("the recipient after ' to='"),
-}
+# Forced calls a random-weight model cannot finish in a format (a trained model writes them), with
+# the reason: none left. mtp_llm narrows the chat layer's grammar where it leaves a part of the call
+# free (csrc/chat_grammar.cpp), and reasoning_budget=8 closes the reasoning where the format has it.
+WANDERS: dict[str, str] = {}
 REASONING_BUDGET = 8
 """Reasoning tokens a forced call may start with: the random model would reason until max_tokens."""
 
@@ -81,6 +71,12 @@ TOOL = {
 OTHER_TOOL = {
     "type": "function",
     "function": {"name": "get_time", "description": "Local time", "parameters": {"type": "object", "properties": {}}},
+}
+# The tool with an optional argument before the required one.
+TWO_ARGUMENTS: dict[str, Any] = json.loads(json.dumps(TOOL))
+TWO_ARGUMENTS["function"]["parameters"]["properties"] = {
+    "unit": {"type": "integer", "enum": [0, 1], "description": "0 Celsius, 1 Fahrenheit"},
+    **TOOL["function"]["parameters"]["properties"],  # type: ignore[index]
 }
 QUESTION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
 
@@ -251,17 +247,61 @@ def test_a_generated_mistral_call_id_renders_back(template_models: dict[str, Pat
 
 
 def test_reasoning_budget_zero_leaves_the_reasoning_out_of_a_forced_call(template_models: dict[str, Path]) -> None:
-    # Kimi-K2's grammar allows an optional "<think>" section before the call, which the random
-    # model writes in other tokens than the tag's own (the budget sampler cannot see it).
+    # Kimi-K2's grammar allows an optional "<think>" section before the call, written in the tag's
+    # own tokens (the ones the budget sampler counts from); with a budget of 0 it is left out.
     fmt = _format(template_models, "Kimi-K2-Instruct")
 
     def output(budget: int) -> str:
-        turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather", enable_thinking=False)
-        options = turn.options(GenerationOptions(temp=0, max_tokens=48, reasoning_budget=budget))
+        turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather", enable_thinking=True)
+        options = turn.options(GenerationOptions(temp=0, max_tokens=64, reasoning_budget=budget))
         return MTP(fmt.model, n_draft=3, n_ctx=2048, n_threads=THREADS).generate(turn.prompt, options=options)
 
-    assert output(-1).startswith("<think>") and output(8).startswith("<think>")
+    unlimited, bounded = output(-1), output(8)
+    assert unlimited.startswith("<think>") and "</think>" not in unlimited  # reasons until max_tokens
+    assert bounded.startswith("<think>") and "</think><|tool_call_begin|>functions.get_weather:" in bounded[: len("<think>") + 60]
     assert output(0).startswith("<|tool_call_begin|>functions.get_weather:")
+
+
+def test_the_reasoning_tag_is_written_in_its_own_tokens(template_models: dict[str, Path]) -> None:
+    # The random model spells "<think>" in other tokens when the grammar's literal lets it; the
+    # grammar mtp_llm passes takes the tag's tokens, so the budget sampler sees the tag and closes it.
+    fmt = _format(template_models, "Kimi-K2-Thinking")
+    turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="required", enable_thinking=True)
+    options = turn.options(GenerationOptions(temp=0, max_tokens=400, reasoning_budget=REASONING_BUDGET))
+    ids = [e.id for e in MTP(fmt.model, n_draft=3, n_ctx=2048, n_threads=THREADS).stream_events(turn.prompt, options=options)
+           if isinstance(e, TokenEvent)]
+    tag = fmt.model.tokenize("<think>", add_special=False)
+    end = fmt.model.tokenize("</think>", add_special=False)
+    assert ids[: len(tag)] == tag and ids[len(tag) + REASONING_BUDGET : len(tag) + REASONING_BUDGET + len(end)] == end
+    turn.feed(fmt.model.detokenize(ids))
+    (call,) = turn.finish("eog").reply.tool_calls  # type: ignore[attr-defined]
+    assert call.name == "get_weather" and call.arguments["days"] in (2, 5)
+
+
+# The formats whose grammar mtp_llm narrows beyond the chat layer's (csrc/chat_grammar.cpp).
+NARROWED = ["Kimi-K2-Thinking", "Kimi-K3", "muse-glimmer", "openai-gpt-oss-120b", "LFM2.5-Instruct",
+            "google-gemma-4-31B-it", "openbmb-MiniCPM5-1B", "Qwen3.5-4B"]
+
+
+@pytest.mark.parametrize("name", NARROWED)
+def test_greedy_mtp_equals_plain_decoding_under_the_narrowed_grammars(template_models: dict[str, Path], name: str) -> None:
+    fmt = _format(template_models, name)
+    tagged = bool(fmt.turn(QUESTION, tools=[TOOL], tool_choice="required").grammar.thinking_start)  # type: ignore[attr-defined]
+    # With reasoning where a budget can bound it (the format has reasoning tags).
+    turn = fmt.turn(QUESTION, tools=[TWO_ARGUMENTS, OTHER_TOOL], tool_choice="required", enable_thinking=tagged)
+    budget = REASONING_BUDGET if turn.supports_thinking else -1
+    options = turn.options(GenerationOptions(temp=0, max_tokens=400, reasoning_budget=budget))
+
+    def ids(n_draft: int) -> tuple[list[int], int]:
+        session = MTP(fmt.model, n_draft=n_draft, n_ctx=4096, n_threads=THREADS)
+        out = [e.id for e in session.stream_events(turn.prompt, options=options) if isinstance(e, TokenEvent)]
+        return out, session.last_stats.drafts_generated
+
+    (mtp, drafted), (plain, _) = ids(3), ids(0)
+    assert drafted > 0 and mtp == plain
+    turn.feed(fmt.model.detokenize(mtp))
+    calls = turn.finish("eog").reply.tool_calls  # type: ignore[attr-defined]
+    assert calls and calls[0].name in ("get_weather", "get_time")
 
 
 def test_reasoning_budget_is_checked_by_the_engine_too(template_models: dict[str, Path]) -> None:
@@ -298,3 +338,18 @@ def test_info_prints_the_tool_path(template_models: dict[str, Path], capsys: pyt
     for name, path in [("Qwen3.5-4B", "native"), ("google-gemma-2-2b-it", "json")]:
         assert main(["info", "--model", str(template_models[name])]) == 0
         assert json.loads(capsys.readouterr().out)["tool_calls"].startswith(path)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xfail(reason=WANDERS[n], strict=True)) if n in WANDERS else n for n in TEMPLATES]
+)
+def test_a_forced_call_has_each_argument_once_and_the_required_ones(template_models: dict[str, Path], name: str) -> None:
+    # An optional argument before the required one: the narrowed grammars write the arguments
+    # in the schema's order, each at most once, the required ones first.
+    fmt = _format(template_models, name)
+    turn = fmt.turn(QUESTION, tools=[TWO_ARGUMENTS], tool_choice="required", enable_thinking=False)
+    _, reason, reply = _generate(fmt, turn)
+    calls = reply.tool_calls  # type: ignore[attr-defined]
+    assert calls and calls[0].name == "get_weather", (reason, calls)
+    arguments = calls[0].arguments
+    assert arguments["days"] in (2, 5) and set(arguments) <= {"days", "unit"} and arguments.get("unit", 0) in (0, 1)
