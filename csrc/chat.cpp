@@ -186,6 +186,9 @@ common_chat_params ChatTemplates::render(const ChatRequest & request, const std:
     inputs.reasoning_format = request.extract_reasoning ? COMMON_REASONING_FORMAT_AUTO : COMMON_REASONING_FORMAT_NONE;
     inputs.add_generation_prompt = request.add_generation_prompt;
     inputs.use_jinja = true;
+    if (!request.reasoning_effort.empty()) {
+        inputs.chat_template_kwargs["reasoning_effort"] = common_json(request.reasoning_effort).dump();
+    }
     clear_log();
     try {
         return common_chat_templates_apply(tmpls_.get(), inputs);
@@ -231,7 +234,16 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     out.prompt = std::move(params.prompt);
     out.format = common_chat_format_name(params.format);
     const GrammarContext narrowing{forced.empty() ? tools : forced, request.parallel_tool_calls, params.grammar_lazy};
-    out.grammar = narrow_tool_grammar(mistral_call_ids(close_calls_tightly(params.grammar)), narrowing);
+    out.grammar = mistral_call_ids(close_calls_tightly(params.grammar));
+    if (std::string narrowed = narrow_tool_grammar(out.grammar, narrowing); narrowed != out.grammar) {
+        // A safety net: a narrowed grammar that llama.cpp does not read leaves the chat layer's.
+        clear_log();
+        if (llama_sampler * check = llama_sampler_init_grammar(model_->vocab(), narrowed.c_str(), "root")) {
+            llama_sampler_free(check);
+            out.grammar = std::move(narrowed);
+        }
+        clear_log();
+    }
     if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED) {
         out.grammar = force_call(out.grammar, request.enable_thinking);
     }
@@ -257,7 +269,35 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     out.thinking_end = std::move(params.thinking_end_tags);
     out.parser = std::move(params.parser);
     out.extract_reasoning = request.extract_reasoning;
+    out.supports_thinking = out.supports_thinking && parses_reasoning(request, out);
     return out;
+}
+
+// The chat layer names reasoning tags for some formats whose parser does not read a reasoning
+// section for every template (LFM2's, for templates that never think): such a turn has no
+// reasoning (what the model writes between the tags is content) and says so. Checked on the
+// same messages without tools: a reasoning section and an answer, parsed.
+bool ChatTemplates::parses_reasoning(const ChatRequest & request, const ChatPrompt & prompt) const {
+    if (!request.extract_reasoning || prompt.thinking_end.empty() || prompt.thinking_end.front().empty()) {
+        return true;
+    }
+    ChatRequest plain = request;
+    plain.tools_json.clear();
+    plain.tool_choice = "auto";
+    const common_chat_params params = render(plain, {}, COMMON_CHAT_TOOL_CHOICE_AUTO);
+    ChatPrompt probe;
+    probe.format = common_chat_format_name(params.format);
+    probe.generation_prompt = params.generation_prompt;
+    probe.parser = params.parser;
+    probe.extract_reasoning = true;
+    const bool opened = !prompt.thinking_start.empty() &&
+                        params.generation_prompt.find(prompt.thinking_start) != std::string::npos;
+    const std::string text = (opened ? "" : prompt.thinking_start) + "plan" + prompt.thinking_end.front() + "answer";
+    try {
+        return ChatParser(probe).parse(text, false).reasoning_content.find("plan") != std::string::npos;
+    } catch (const std::exception &) {
+        return true;  // the probe does not say
+    }
 }
 
 ChatParser::ChatParser(const ChatPrompt & prompt) {

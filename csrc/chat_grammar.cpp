@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -41,7 +42,7 @@ public:
 
     void add(const std::string & name, const std::string & body) { list_.emplace_back(name, body); }
 
-    const std::vector<std::pair<std::string, std::string>> & list() const { return list_; }
+    const std::deque<std::pair<std::string, std::string>> & list() const { return list_; }
 
     std::string text() const {
         std::string out;
@@ -53,7 +54,7 @@ public:
     }
 
 private:
-    std::vector<std::pair<std::string, std::string>> list_;
+    std::deque<std::pair<std::string, std::string>> list_;  // added rules keep the others' addresses
 };
 
 bool is_name_char(char c) { return std::isalnum((unsigned char) c) || c == '-' || c == '_'; }
@@ -630,12 +631,14 @@ std::string narrow_tool_grammar(const std::string & grammar, const GrammarContex
     } else {
         for (const auto & tool : tools) {  // tagged arguments (MiniCPM5, muse-glimmer, ling-3, ...)
             const std::string name = rule_name("tool-" + tool.name);
+            std::vector<std::string> calls;
             for (const auto & [rule, body] : rules.list()) {
                 if (rule == name || (rule.size() > name.size() && rule.compare(rule.size() - name.size() - 1,
                                                                                name.size() + 1, "-" + name) == 0)) {
-                    order_arguments(*rules.find(rule), tool, rules, keep);
+                    calls.push_back(rule);
                 }
             }
+            for (const auto & rule : calls) order_arguments(*rules.find(rule), tool, rules, keep);
         }
     }
     return rules.text();

@@ -147,30 +147,40 @@ def test_tools_and_results_render_in_the_template(template_models: dict[str, Pat
     assert "sunny-42" in rendered
 
 
-# Formats whose reasoning is not "<start>text<end>" right after the generation prompt.
-OTHER_REASONING = {
-    "LFM2-8B-A1B": "reasoning is parsed only when the template thinks by default",
-    "LFM2.5-Instruct": "reasoning is parsed only when the template thinks by default",
-    "tencent-Hy3": "the generation prompt closes the reasoning section",
-}
+# Templates whose turn has no reasoning section though their format names reasoning tags: LFM2's
+# that never think (the chat layer's parser reads reasoning only where the template's source has
+# "<think>"); what a model writes between the tags is content, and the turn says it has no reasoning.
+NO_REASONING = {"LFM2-8B-A1B", "LFM2.5-Instruct"}
+# Templates that reason at a reasoning_effort other than their default (Hy3's "no_think" closes the
+# reasoning section in the generation prompt).
+REASONING_EFFORT = {"tencent-Hy3": "high"}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(reason=OTHER_REASONING[n], strict=True)) if n in OTHER_REASONING else n
-     for n in NATIVE],
-)
+@pytest.mark.parametrize("name", NATIVE)
 def test_reasoning_is_split_where_the_format_has_it(template_models: dict[str, Path], name: str) -> None:
-    turn = _format(template_models, name).turn(QUESTION, tools=[TOOL], enable_thinking=True)
+    fmt = _format(template_models, name)
+    turn = fmt.turn(QUESTION, tools=[TOOL], enable_thinking=True, reasoning_effort=REASONING_EFFORT.get(name))
     grammar = turn.grammar  # type: ignore[attr-defined]
-    if not turn.supports_thinking or not grammar.thinking_end:
+    if not grammar.thinking_end:
         pytest.skip("the format has no reasoning section")
     opened = grammar.thinking_start and grammar.thinking_start in grammar.generation_prompt
     text = ("" if opened else grammar.thinking_start) + "plan" + grammar.thinking_end[0] + "answer"
     streamed = [turn.feed(piece) for piece in text]
     reply = turn.finish("eog").reply
+    if name in NO_REASONING:
+        assert not turn.supports_thinking and reply.reasoning == "" and "plan" in reply.content
+        return
+    assert turn.supports_thinking
     assert reply.reasoning.strip().endswith("plan") and "plan" not in reply.content
     assert "".join(d.reasoning for d in streamed) == reply.reasoning[: len("".join(d.reasoning for d in streamed))]
+
+
+def test_a_reasoning_effort_reaches_the_template(template_models: dict[str, Path]) -> None:
+    fmt = _format(template_models, "tencent-Hy3")
+    assert fmt.caps["supports_reasoning_effort"]
+    default, high = (fmt.turn(QUESTION, reasoning_effort=effort) for effort in (None, "high"))
+    assert default.prompt.endswith("<think:opensource></think:opensource>") and not default.supports_thinking
+    assert high.prompt.endswith("<think:opensource>") and high.supports_thinking
 
 
 @pytest.mark.parametrize(
