@@ -363,3 +363,44 @@ def test_a_forced_call_has_each_argument_once_and_the_required_ones(template_mod
     assert calls and calls[0].name == "get_weather", (reason, calls)
     arguments = calls[0].arguments
     assert arguments["days"] in (2, 5) and set(arguments) <= {"days", "unit"} and arguments.get("unit", 0) in (0, 1)
+
+
+COMPLEX_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book.trip-v2",
+        "description": "Book a trip",
+        "parameters": {
+            "type": "object",
+            "$defs": {"point": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]}},
+            "properties": {
+                "city name": {"type": "string", "enum": ["Paris", 'K\u00f6ln "x"']},
+                "when": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+                "n": {"type": "integer", "minimum": 1, "maximum": 9},
+                "ok": {"type": "boolean"},
+                "where": {"$ref": "#/$defs/point"},
+                "options": {"type": "object", "properties": {"a:b": {"type": "integer"}, "c": {"type": ["string", "null"]}}},
+                "free": {},
+            },
+            "required": ["n", "where"],
+        },
+    },
+}
+# Formats whose narrowed grammar adds rules from the tools' schemas, with a piece of it.
+SCHEMA_RULES = {"Kimi-K3": ' type=\\"number\\""', "LFM2.5-Instruct": "mtp-", "google-gemma-4-31B-it": '"n:" mtp-'}
+
+
+@pytest.mark.parametrize("name", NARROWED)
+def test_narrowed_grammars_take_any_schema(template_models: dict[str, Path], name: str) -> None:
+    # Names with dots and spaces, enums with quotes, anyOf, arrays, $ref, nested objects, an
+    # untyped value, optional arguments only: the narrowed grammar parses and generation runs.
+    fmt = _format(template_models, name)
+    optional = {"type": "function", "function": {"name": "opt", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "boolean"}}}}}
+    for choice in ("required", "auto"):
+        turn = fmt.turn(QUESTION, tools=[COMPLEX_TOOL, optional, OTHER_TOOL], tool_choice=choice, enable_thinking=False)
+        if choice == "required" and name in SCHEMA_RULES:
+            assert SCHEMA_RULES[name] in turn.grammar.grammar  # type: ignore[attr-defined]
+        options = turn.options(GenerationOptions(temp=0, max_tokens=8))
+        MTP(fmt.model, n_draft=2, n_ctx=4096, n_threads=THREADS).generate(turn.prompt, options=options)
