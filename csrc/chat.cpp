@@ -284,19 +284,19 @@ bool ChatTemplates::parses_reasoning(const ChatRequest & request, const ChatProm
     ChatRequest plain = request;
     plain.tools_json.clear();
     plain.tool_choice = "auto";
-    const common_chat_params params = render(plain, {}, COMMON_CHAT_TOOL_CHOICE_AUTO);
-    ChatPrompt probe;
-    probe.format = common_chat_format_name(params.format);
-    probe.generation_prompt = params.generation_prompt;
-    probe.parser = params.parser;
-    probe.extract_reasoning = true;
-    const bool opened = !prompt.thinking_start.empty() &&
-                        params.generation_prompt.find(prompt.thinking_start) != std::string::npos;
-    const std::string text = (opened ? "" : prompt.thinking_start) + "plan" + prompt.thinking_end.front() + "answer";
     try {
+        const common_chat_params params = render(plain, {}, COMMON_CHAT_TOOL_CHOICE_AUTO);
+        ChatPrompt probe;
+        probe.format = common_chat_format_name(params.format);
+        probe.generation_prompt = params.generation_prompt;
+        probe.parser = params.parser;
+        probe.extract_reasoning = true;
+        const bool opened = !prompt.thinking_start.empty() &&
+                            params.generation_prompt.find(prompt.thinking_start) != std::string::npos;
+        const std::string text = (opened ? "" : prompt.thinking_start) + "plan" + prompt.thinking_end.front() + "answer";
         return ChatParser(probe).parse(text, false).reasoning_content.find("plan") != std::string::npos;
     } catch (const std::exception &) {
-        return true;  // the probe does not say
+        return true;  // the probe does not say (the messages need the tools, ...)
     }
 }
 

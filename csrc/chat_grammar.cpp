@@ -232,6 +232,25 @@ struct Tool {
     std::vector<Argument> arguments;  // in the schema's order
 };
 
+// An object schema's properties, in its order, and which are required.
+std::vector<Argument> properties_of(const common_json & schema) {
+    std::vector<Argument> out;
+    if (!schema.is_object() || !schema.contains("properties") || !schema.at("properties").is_object()) {
+        return out;
+    }
+    std::vector<std::string> required;
+    if (schema.contains("required") && schema.at("required").is_array()) {
+        for (const auto & r : schema.at("required")) {
+            if (r.is_string()) required.push_back(r.get<std::string>());
+        }
+    }
+    for (const auto & prop : schema.at("properties").items()) {
+        const bool req = std::find(required.begin(), required.end(), prop.key()) != required.end();
+        out.push_back({prop.key(), prop.value(), req});
+    }
+    return out;
+}
+
 std::vector<Tool> read_tools(const std::vector<common_chat_tool> & tools) {
     std::vector<Tool> out;
     for (const auto & t : tools) {
@@ -242,19 +261,7 @@ std::vector<Tool> read_tools(const std::vector<common_chat_tool> & tools) {
         } catch (const std::exception &) {
             continue;  // checked before (parse_tools); nothing to narrow
         }
-        const common_json & p = tool.parameters;
-        if (p.is_object() && p.contains("properties") && p.at("properties").is_object()) {
-            std::vector<std::string> required;
-            if (p.contains("required") && p.at("required").is_array()) {
-                for (const auto & r : p.at("required")) {
-                    if (r.is_string()) required.push_back(r.get<std::string>());
-                }
-            }
-            for (const auto & prop : p.at("properties").items()) {
-                const bool req = std::find(required.begin(), required.end(), prop.key()) != required.end();
-                tool.arguments.push_back({prop.key(), prop.value(), req});
-            }
-        }
+        tool.arguments = properties_of(tool.parameters);
         out.push_back(std::move(tool));
     }
     return out;
@@ -526,21 +533,12 @@ std::string gemma4_literal(const common_json & v) {
 }
 
 std::string gemma4_object(const common_json & s, const common_json & root, Additions & add, int depth) {
-    if (!s.is_object() || !s.contains("properties") || !s.at("properties").is_object() || s.at("properties").empty()) {
-        return "gemma4-dict";
-    }
-    std::vector<std::string> required;
-    if (s.contains("required") && s.at("required").is_array()) {
-        for (const auto & r : s.at("required")) {
-            if (r.is_string()) required.push_back(r.get<std::string>());
-        }
-    }
+    const std::vector<Argument> properties = properties_of(s);
+    if (properties.empty()) return "gemma4-dict";
     std::vector<std::pair<std::string, bool>> kvs;
-    for (const auto & prop : s.at("properties").items()) {
-        const std::string & key = prop.key();
-        if (key.empty() || key.find_first_of(":}") != std::string::npos) return "gemma4-dict";
-        kvs.emplace_back(literal(key + ":") + " " + gemma4_value(prop.value(), root, add, depth + 1),
-                         std::find(required.begin(), required.end(), key) != required.end());
+    for (const auto & p : properties) {
+        if (p.name.empty() || p.name.find_first_of(":}") != std::string::npos) return "gemma4-dict";
+        kvs.emplace_back(literal(p.name + ":") + " " + gemma4_value(p.schema, root, add, depth + 1), p.required);
     }
     const bool any_required = std::any_of(kvs.begin(), kvs.end(), [](const auto & kv) { return kv.second; });
     const std::string members = ordered(kvs, "\",\" space", true);
