@@ -6,6 +6,7 @@
 
 #include "chat_grammar.hpp"
 #include "errors.hpp"
+#include "options.hpp"
 #include "json-schema-to-grammar.h"
 #include "runtime.hpp"
 
@@ -246,6 +247,12 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     }
     if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED) {
         out.grammar = force_call(out.grammar, request.enable_thinking);
+        if (!request.enable_thinking) {  // thinking off: no reasoning section before the call either
+            ChatGrammar tags;
+            tags.thinking_start = params.thinking_start_tag;
+            tags.generation_prompt = params.generation_prompt;
+            out.grammar = without_reasoning(out.grammar, tags);
+        }
     }
     out.grammar_lazy = params.grammar_lazy;
     for (const auto & t : params.grammar_triggers) {

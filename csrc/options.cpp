@@ -193,26 +193,6 @@ int32_t prefilled_reasoning(const common_params_sampling & sp, const llama_vocab
     return (int32_t) (i - opened);
 }
 
-// reasoning_budget 0 under a grammar that constrains the whole answer (a forced call): the
-// optional reasoning section of the chat layer's root rule (`("<think>" until-N "</think>")?`),
-// where the generation prompt has not opened it, is left out, so no reasoning can be written
-// in any spelling of the tags (the budget sampler only sees the tags' own tokens).
-std::string without_reasoning(const std::string & grammar, const ChatGrammar & chat) {
-    if (chat.thinking_start.empty() || chat.generation_prompt.find(chat.thinking_start) != std::string::npos) {
-        return grammar;
-    }
-    const std::regex section(R"re( \()re" + regex_escape(gbnf_format_literal(chat.thinking_start)) +
-                             R"re(\??(?:[^()\n]|\([^()\n]*\))*\buntil-\d+(?:[^()\n]|\([^()\n]*\))*\)\?)re");
-    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
-    if (start == std::string::npos) {
-        return grammar;
-    }
-    start += start == 0 ? 0 : 1;
-    const size_t end = std::min(grammar.find('\n', start), grammar.size());
-    return grammar.substr(0, start) + std::regex_replace(grammar.substr(start, end - start), section, "") +
-           grammar.substr(end);
-}
-
 // The reasoning start tag the model writes (where the generation prompt has not opened the
 // section) is, in the root rule of a grammar that constrains the whole answer, the tag's own
 // tokens: llama.cpp's budget sampler recognises the tag by its tokens, and a model that spelled
@@ -283,6 +263,26 @@ void apply_chat_grammar(const ChatGrammar & chat, int32_t budget, const llama_vo
 }
 
 }  // namespace
+
+// reasoning_budget 0 (or thinking off) under a grammar that constrains the whole answer (a forced
+// call): the optional reasoning section of the chat layer's root rule (`("<think>" until-N "</think>")?`),
+// where the generation prompt has not opened it, is left out, so no reasoning can be written
+// in any spelling of the tags (the budget sampler only sees the tags' own tokens).
+std::string without_reasoning(const std::string & grammar, const ChatGrammar & chat) {
+    if (chat.thinking_start.empty() || chat.generation_prompt.find(chat.thinking_start) != std::string::npos) {
+        return grammar;
+    }
+    const std::regex section(R"re( \()re" + regex_escape(gbnf_format_literal(chat.thinking_start)) +
+                             R"re(\??(?:[^()\n]|\([^()\n]*\))*\buntil-\d+(?:[^()\n]|\([^()\n]*\))*\)\?)re");
+    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
+    if (start == std::string::npos) {
+        return grammar;
+    }
+    start += start == 0 ? 0 : 1;
+    const size_t end = std::min(grammar.find('\n', start), grammar.size());
+    return grammar.substr(0, start) + std::regex_replace(grammar.substr(start, end - start), section, "") +
+           grammar.substr(end);
+}
 
 llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {
     if (o.flash_attn) {

@@ -258,11 +258,12 @@ def test_a_generated_mistral_call_id_renders_back(template_models: dict[str, Pat
 
 def test_reasoning_budget_zero_leaves_the_reasoning_out_of_a_forced_call(template_models: dict[str, Path]) -> None:
     # Kimi-K2's grammar allows an optional "<think>" section before the call, written in the tag's
-    # own tokens (the ones the budget sampler counts from); with a budget of 0 it is left out.
+    # own tokens (the ones the budget sampler counts from); with a budget of 0, or thinking off, it
+    # is left out.
     fmt = _format(template_models, "Kimi-K2-Instruct")
 
-    def output(budget: int) -> str:
-        turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather", enable_thinking=True)
+    def output(budget: int, thinking: bool = True) -> str:
+        turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather", enable_thinking=thinking)
         options = turn.options(GenerationOptions(temp=0, max_tokens=64, reasoning_budget=budget))
         return MTP(fmt.model, n_draft=3, n_ctx=2048, n_threads=THREADS).generate(turn.prompt, options=options)
 
@@ -270,6 +271,7 @@ def test_reasoning_budget_zero_leaves_the_reasoning_out_of_a_forced_call(templat
     assert unlimited.startswith("<think>") and "</think>" not in unlimited  # reasons until max_tokens
     assert bounded.startswith("<think>") and "</think><|tool_call_begin|>functions.get_weather:" in bounded[: len("<think>") + 60]
     assert output(0).startswith("<|tool_call_begin|>functions.get_weather:")
+    assert output(-1, thinking=False).startswith("<|tool_call_begin|>functions.get_weather:")  # thinking off
 
 
 def test_the_reasoning_tag_is_written_in_its_own_tokens(template_models: dict[str, Path]) -> None:
