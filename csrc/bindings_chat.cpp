@@ -54,7 +54,7 @@ void register_chat(py::module_ & m) {
              py::arg("model"), py::arg("chat_template") = "")
         .def("apply", [](const ChatTemplates & self, const std::string & messages_json, const std::string & tools_json,
                          const std::string & tool_choice, bool parallel_tool_calls, bool enable_thinking,
-                         bool extract_reasoning, bool add_generation_prompt) {
+                         bool extract_reasoning, bool add_generation_prompt, const std::string & reasoning_effort) {
                  ChatRequest r;
                  r.messages_json = messages_json;
                  r.tools_json = tools_json;
@@ -63,12 +63,14 @@ void register_chat(py::module_ & m) {
                  r.enable_thinking = enable_thinking;
                  r.extract_reasoning = extract_reasoning;
                  r.add_generation_prompt = add_generation_prompt;
+                 r.reasoning_effort = reasoning_effort;
                  py::gil_scoped_release release;
                  return self.apply(r);
              },
              py::arg("messages_json"), py::arg("tools_json") = "", py::arg("tool_choice") = "auto",
              py::arg("parallel_tool_calls") = false, py::arg("enable_thinking") = true,
              py::arg("extract_reasoning") = true, py::arg("add_generation_prompt") = true,
+             py::arg("reasoning_effort") = "",
              "Render OpenAI-format messages and tools with the template; the prompt and how to generate and parse.")
         .def_property_readonly("caps", [](const ChatTemplates & self) {
             py::dict d;

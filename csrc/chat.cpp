@@ -4,7 +4,9 @@
 #include <regex>
 #include <string_view>
 
+#include "chat_grammar.hpp"
 #include "errors.hpp"
+#include "options.hpp"
 #include "json-schema-to-grammar.h"
 #include "runtime.hpp"
 
@@ -59,8 +61,12 @@ std::vector<common_chat_tool> parse_tools(const std::string & tools_json) {
 // layer's grammar lets free text precede the call (the root's `until-N` rule right
 // before the tool-call rule, with the optional tags of a content section around it,
 // as Kimi-K3's "<|open|>response<|sep|>"), which is dropped here. Reasoning, where
-// the format has it, still comes first. Roots of another shape are left as they are.
-std::string force_call(const std::string & grammar) {
+// the format has it, still comes first, unless thinking is off: then the messages a
+// multi-message format (gpt-oss, muse-glimmer: `(start analysis)* start tool-call`)
+// writes before the call's (reasoning, preambles) are dropped too. Roots of another
+// shape are left as they are.
+std::string force_call(const std::string & grammar, bool thinking) {
+    static const std::regex messages_before_call(R"(^root ::= \(start [\w-]+\)\* (start [\w-]*tool-call)$)");
     static const std::regex content_before_call(R"(\buntil-\d+\??(\s+(?:space\s+)?[\w-]*tool-call))");
     static const std::regex section_before_call(
         R"re((\s)"[^"\\]*"\?\s+until-\d+\??\s+"[^"\\]*"\?(\s+(?:space\s+)?[\w-]*tool-call))re");
@@ -71,6 +77,9 @@ std::string force_call(const std::string & grammar) {
     start += start == 0 ? 0 : 1;
     const size_t end = std::min(grammar.find('\n', start), grammar.size());
     std::string root = std::regex_replace(grammar.substr(start, end - start), content_before_call, "$1");
+    if (!thinking) {
+        root = std::regex_replace(root, messages_before_call, "root ::= $1");
+    }
     root = std::regex_replace(root, section_before_call, "$1$2");
     return grammar.substr(0, start) + root + grammar.substr(end);
 }
@@ -178,6 +187,9 @@ common_chat_params ChatTemplates::render(const ChatRequest & request, const std:
     inputs.reasoning_format = request.extract_reasoning ? COMMON_REASONING_FORMAT_AUTO : COMMON_REASONING_FORMAT_NONE;
     inputs.add_generation_prompt = request.add_generation_prompt;
     inputs.use_jinja = true;
+    if (!request.reasoning_effort.empty()) {
+        inputs.chat_template_kwargs["reasoning_effort"] = common_json(request.reasoning_effort).dump();
+    }
     clear_log();
     try {
         return common_chat_templates_apply(tmpls_.get(), inputs);
@@ -222,9 +234,25 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     ChatPrompt out;
     out.prompt = std::move(params.prompt);
     out.format = common_chat_format_name(params.format);
+    const GrammarContext narrowing{forced.empty() ? tools : forced, request.parallel_tool_calls, params.grammar_lazy};
     out.grammar = mistral_call_ids(close_calls_tightly(params.grammar));
+    if (std::string narrowed = narrow_tool_grammar(out.grammar, narrowing); narrowed != out.grammar) {
+        // A safety net: a narrowed grammar that llama.cpp does not read leaves the chat layer's.
+        clear_log();
+        if (llama_sampler * check = llama_sampler_init_grammar(model_->vocab(), narrowed.c_str(), "root")) {
+            llama_sampler_free(check);
+            out.grammar = std::move(narrowed);
+        }
+        clear_log();
+    }
     if (choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED) {
-        out.grammar = force_call(out.grammar);
+        out.grammar = force_call(out.grammar, request.enable_thinking);
+        if (!request.enable_thinking) {  // thinking off: no reasoning section before the call either
+            ChatGrammar tags;
+            tags.thinking_start = params.thinking_start_tag;
+            tags.generation_prompt = params.generation_prompt;
+            out.grammar = without_reasoning(out.grammar, tags);
+        }
     }
     out.grammar_lazy = params.grammar_lazy;
     for (const auto & t : params.grammar_triggers) {
@@ -248,7 +276,35 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     out.thinking_end = std::move(params.thinking_end_tags);
     out.parser = std::move(params.parser);
     out.extract_reasoning = request.extract_reasoning;
+    out.supports_thinking = out.supports_thinking && parses_reasoning(request, out);
     return out;
+}
+
+// The chat layer names reasoning tags for some formats whose parser does not read a reasoning
+// section for every template (LFM2's, for templates that never think): such a turn has no
+// reasoning (what the model writes between the tags is content) and says so. Checked on the
+// same messages without tools: a reasoning section and an answer, parsed.
+bool ChatTemplates::parses_reasoning(const ChatRequest & request, const ChatPrompt & prompt) const {
+    if (!request.extract_reasoning || prompt.thinking_end.empty() || prompt.thinking_end.front().empty()) {
+        return true;
+    }
+    ChatRequest plain = request;
+    plain.tools_json.clear();
+    plain.tool_choice = "auto";
+    try {
+        const common_chat_params params = render(plain, {}, COMMON_CHAT_TOOL_CHOICE_AUTO);
+        ChatPrompt probe;
+        probe.format = common_chat_format_name(params.format);
+        probe.generation_prompt = params.generation_prompt;
+        probe.parser = params.parser;
+        probe.extract_reasoning = true;
+        const bool opened = !prompt.thinking_start.empty() &&
+                            params.generation_prompt.find(prompt.thinking_start) != std::string::npos;
+        const std::string text = (opened ? "" : prompt.thinking_start) + "plan" + prompt.thinking_end.front() + "answer";
+        return ChatParser(probe).parse(text, false).reasoning_content.find("plan") != std::string::npos;
+    } catch (const std::exception &) {
+        return true;  // the probe does not say (the messages need the tools, ...)
+    }
 }
 
 ChatParser::ChatParser(const ChatPrompt & prompt) {

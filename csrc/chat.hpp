@@ -25,6 +25,7 @@ struct ChatRequest {
     bool enable_thinking = true;
     bool extract_reasoning = true;     // split reasoning from content (else it stays in the content)
     bool add_generation_prompt = true;
+    std::string reasoning_effort;      // "" = the template's default; else passed to it (llama-server's field)
 };
 
 // What the chat layer returns for a request: the prompt and how to generate and parse the answer.
@@ -72,6 +73,7 @@ public:
 private:
     common_chat_params render(const ChatRequest & request, const std::vector<common_chat_tool> & tools,
                               common_chat_tool_choice choice) const;
+    bool parses_reasoning(const ChatRequest & request, const ChatPrompt & prompt) const;
 
     std::shared_ptr<Model> model_;
     std::string label_;

@@ -193,24 +193,37 @@ int32_t prefilled_reasoning(const common_params_sampling & sp, const llama_vocab
     return (int32_t) (i - opened);
 }
 
-// reasoning_budget 0 under a grammar that constrains the whole answer (a forced call): the
-// optional reasoning section of the chat layer's root rule (`("<think>" until-N "</think>")?`),
-// where the generation prompt has not opened it, is left out, so no reasoning can be written
-// in any spelling of the tags (the budget sampler only sees the tags' own tokens).
-std::string without_reasoning(const std::string & grammar, const ChatGrammar & chat) {
-    if (chat.thinking_start.empty() || chat.generation_prompt.find(chat.thinking_start) != std::string::npos) {
+// The reasoning start tag the model writes (where the generation prompt has not opened the
+// section) is, in the root rule of a grammar that constrains the whole answer, the tag's own
+// tokens: llama.cpp's budget sampler recognises the tag by its tokens, and a model that spelled
+// it in others (the grammar's literal takes any) would reason past the budget unseen. In a
+// real model the tag is one special token, which is what it writes.
+std::string reasoning_tag_in_its_tokens(const std::string & grammar, const ChatGrammar & chat,
+                                        const llama_vocab * vocab) {
+    if (chat.lazy || chat.thinking_start.empty() || !vocab ||
+        chat.generation_prompt.find(chat.thinking_start) != std::string::npos) {
         return grammar;
     }
-    const std::regex section(R"re( \()re" + regex_escape(gbnf_format_literal(chat.thinking_start)) +
-                             R"re(\??(?:[^()\n]|\([^()\n]*\))*\buntil-\d+(?:[^()\n]|\([^()\n]*\))*\)\?)re");
     size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
     if (start == std::string::npos) {
         return grammar;
     }
     start += start == 0 ? 0 : 1;
     const size_t end = std::min(grammar.find('\n', start), grammar.size());
-    return grammar.substr(0, start) + std::regex_replace(grammar.substr(start, end - start), section, "") +
-           grammar.substr(end);
+    std::string tokens;
+    for (llama_token t : common_tokenize(vocab, chat.thinking_start, false, true)) {
+        tokens += (tokens.empty() ? "(<[" : " <[") + std::to_string(t) + "]>";
+    }
+    if (tokens.empty()) {
+        return grammar;
+    }
+    tokens += ")";
+    const std::string tag = gbnf_format_literal(chat.thinking_start);
+    std::string root = grammar.substr(start, end - start);
+    for (size_t at = root.find(tag); at != std::string::npos; at = root.find(tag, at + tokens.size())) {
+        root.replace(at, tag.size(), tokens);
+    }
+    return grammar.substr(0, start) + root + grammar.substr(end);
 }
 
 // As llama-server sets up a chat request's sampler (tools/server/server-schema.cpp).
@@ -251,6 +264,26 @@ void apply_chat_grammar(const ChatGrammar & chat, int32_t budget, const llama_vo
 
 }  // namespace
 
+// reasoning_budget 0 (or thinking off) under a grammar that constrains the whole answer (a forced
+// call): the optional reasoning section of the chat layer's root rule (`("<think>" until-N "</think>")?`),
+// where the generation prompt has not opened it, is left out, so no reasoning can be written
+// in any spelling of the tags (the budget sampler only sees the tags' own tokens).
+std::string without_reasoning(const std::string & grammar, const ChatGrammar & chat) {
+    if (chat.thinking_start.empty() || chat.generation_prompt.find(chat.thinking_start) != std::string::npos) {
+        return grammar;
+    }
+    const std::regex section(R"re( \()re" + regex_escape(gbnf_format_literal(chat.thinking_start)) +
+                             R"re(\??(?:[^()\n]|\([^()\n]*\))*\buntil-\d+(?:[^()\n]|\([^()\n]*\))*\)\?)re");
+    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
+    if (start == std::string::npos) {
+        return grammar;
+    }
+    start += start == 0 ? 0 : 1;
+    const size_t end = std::min(grammar.find('\n', start), grammar.size());
+    return grammar.substr(0, start) + std::regex_replace(grammar.substr(start, end - start), section, "") +
+           grammar.substr(end);
+}
+
 llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {
     if (o.flash_attn) {
         return *o.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -275,8 +308,11 @@ common_params_sampling to_common_params(const SamplingOptions & s, const llama_v
     sp.no_perf = true;
     if (s.grammar && !s.grammar->empty()) {
         const bool drop_reasoning = s.chat && !s.chat->lazy && s.reasoning_budget == 0;
-        sp.grammar = common_grammar(s.chat ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER,
-                                    drop_reasoning ? without_reasoning(*s.grammar, *s.chat) : *s.grammar);
+        std::string grammar = drop_reasoning ? without_reasoning(*s.grammar, *s.chat) : *s.grammar;
+        if (s.chat) {
+            grammar = reasoning_tag_in_its_tokens(grammar, *s.chat, vocab);
+        }
+        sp.grammar = common_grammar(s.chat ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER, grammar);
     }
     if (s.chat) {
         apply_chat_grammar(*s.chat, s.reasoning_budget, vocab, sp);

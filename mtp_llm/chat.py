@@ -165,11 +165,14 @@ class ChatFormat:
         tool_choice: str = "auto",
         parallel_tool_calls: bool = False,
         enable_thinking: bool = True,
+        reasoning_effort: str | None = None,
     ) -> ChatTurn:
         """Render OpenAI-format ``messages`` and ``tools`` for the next assistant turn.
 
         ``tool_choice``: "auto", "required", "none" or a tool's name (see
-        :func:`normalize_tool_choice`). Raises :class:`~mtp_llm.ToolSchemaError`,
+        :func:`normalize_tool_choice`). ``reasoning_effort``: passed to templates that read it
+        (``caps["supports_reasoning_effort"]``: gpt-oss, Hunyuan's ``"no_think"``/``"low"``/``"high"``,
+        ...), as llama-server passes its request's field; None = the template's default. Raises :class:`~mtp_llm.ToolSchemaError`,
         :class:`~mtp_llm.ChatTemplateError` or :class:`~mtp_llm.InvalidOptionError`.
         """
         openai_tools = [_openai_tool(t) for t in tools]
@@ -185,6 +188,7 @@ class ChatFormat:
             tool_choice,
             parallel_tool_calls,
             enable_thinking,
+            reasoning_effort=reasoning_effort or "",
         )
         return _NativeTurn(prompt)
 

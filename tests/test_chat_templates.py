@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,30 +49,10 @@ JSON_PATH = {
     "microsoft-Phi-3.5-mini-instruct",
 }
 
-_FREE = "the random model writes in a free-text part of the call ({}) until max_tokens"
-_LOOSE = "the chat layer's grammar {}, and the random model writes it until max_tokens"
-_KIMI_THINK = (
-    "the random model writes '<think>' in other tokens than the tag's own ('i', 'n' for 'in'), which llama.cpp's "
-    "reasoning-budget sampler (it matches token sequences) does not see, and reasons until max_tokens; with "
-    "reasoning_budget=0 (no reasoning section in the grammar) it writes the call index after "
-    "'functions.get_weather:' ([0-9]+ in the chat layer's grammar) until max_tokens"
-)
-# Forced calls a random-weight model cannot finish in these formats (a trained model writes them),
-# with reasoning_budget=8 closing the reasoning where the format has it.
-WANDERS = {
-    "Kimi-K2-Instruct": _KIMI_THINK,
-    "Kimi-K2-Thinking": _KIMI_THINK,
-    "moonshotai-Kimi-K2": _KIMI_THINK,
-    "Kimi-K3": _FREE.format("the call's text after the tool name, and the argument values"),
-    "muse-glimmer": _FREE.format("the recipient after ' to='"),
-    "openai-gpt-oss-120b": _LOOSE.format("lets any name of [A-Za-z0-9_-] follow the channel name (a content type)"),
-    "LFM2-8B-A1B": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
-    "LFM2.5-8B-A1B": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
-    "LFM2.5-Instruct": _LOOSE.format("takes any Python/JSON value for an argument, and the argument again"),
-    "google-gemma-4-31B-it": _LOOSE.format("takes any key and value in the arguments (not the tool's schema)"),
-    "google-gemma-4-31B-it-interleaved": _LOOSE.format("takes any key and value in the arguments (not the tool's schema)"),
-    "openbmb-MiniCPM5-1B": _LOOSE.format("lets an argument repeat without bound"),
-}
+# Forced calls a random-weight model cannot finish in a format (a trained model writes them), with
+# the reason: none left. mtp_llm narrows the chat layer's grammar where it leaves a part of the call
+# free (csrc/chat_grammar.cpp), and reasoning_budget=8 closes the reasoning where the format has it.
+WANDERS: dict[str, str] = {}
 REASONING_BUDGET = 8
 """Reasoning tokens a forced call may start with: the random model would reason until max_tokens."""
 
@@ -90,6 +71,12 @@ TOOL = {
 OTHER_TOOL = {
     "type": "function",
     "function": {"name": "get_time", "description": "Local time", "parameters": {"type": "object", "properties": {}}},
+}
+# The tool with an optional argument before the required one.
+TWO_ARGUMENTS: dict[str, Any] = json.loads(json.dumps(TOOL))
+TWO_ARGUMENTS["function"]["parameters"]["properties"] = {
+    "unit": {"type": "integer", "enum": [0, 1], "description": "0 Celsius, 1 Fahrenheit"},
+    **TOOL["function"]["parameters"]["properties"],  # type: ignore[index]
 }
 QUESTION = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
 
@@ -160,30 +147,40 @@ def test_tools_and_results_render_in_the_template(template_models: dict[str, Pat
     assert "sunny-42" in rendered
 
 
-# Formats whose reasoning is not "<start>text<end>" right after the generation prompt.
-OTHER_REASONING = {
-    "LFM2-8B-A1B": "reasoning is parsed only when the template thinks by default",
-    "LFM2.5-Instruct": "reasoning is parsed only when the template thinks by default",
-    "tencent-Hy3": "the generation prompt closes the reasoning section",
-}
+# Templates whose turn has no reasoning section though their format names reasoning tags: LFM2's
+# that never think (the chat layer's parser reads reasoning only where the template's source has
+# "<think>"); what a model writes between the tags is content, and the turn says it has no reasoning.
+NO_REASONING = {"LFM2-8B-A1B", "LFM2.5-Instruct"}
+# Templates that reason at a reasoning_effort other than their default (Hy3's "no_think" closes the
+# reasoning section in the generation prompt).
+REASONING_EFFORT = {"tencent-Hy3": "high"}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(reason=OTHER_REASONING[n], strict=True)) if n in OTHER_REASONING else n
-     for n in NATIVE],
-)
+@pytest.mark.parametrize("name", NATIVE)
 def test_reasoning_is_split_where_the_format_has_it(template_models: dict[str, Path], name: str) -> None:
-    turn = _format(template_models, name).turn(QUESTION, tools=[TOOL], enable_thinking=True)
+    fmt = _format(template_models, name)
+    turn = fmt.turn(QUESTION, tools=[TOOL], enable_thinking=True, reasoning_effort=REASONING_EFFORT.get(name))
     grammar = turn.grammar  # type: ignore[attr-defined]
-    if not turn.supports_thinking or not grammar.thinking_end:
+    if not grammar.thinking_end:
         pytest.skip("the format has no reasoning section")
     opened = grammar.thinking_start and grammar.thinking_start in grammar.generation_prompt
     text = ("" if opened else grammar.thinking_start) + "plan" + grammar.thinking_end[0] + "answer"
     streamed = [turn.feed(piece) for piece in text]
     reply = turn.finish("eog").reply
+    if name in NO_REASONING:
+        assert not turn.supports_thinking and reply.reasoning == "" and "plan" in reply.content
+        return
+    assert turn.supports_thinking
     assert reply.reasoning.strip().endswith("plan") and "plan" not in reply.content
     assert "".join(d.reasoning for d in streamed) == reply.reasoning[: len("".join(d.reasoning for d in streamed))]
+
+
+def test_a_reasoning_effort_reaches_the_template(template_models: dict[str, Path]) -> None:
+    fmt = _format(template_models, "tencent-Hy3")
+    assert fmt.caps["supports_reasoning_effort"]
+    default, high = (fmt.turn(QUESTION, reasoning_effort=effort) for effort in (None, "high"))
+    assert default.prompt.endswith("<think:opensource></think:opensource>") and not default.supports_thinking
+    assert high.prompt.endswith("<think:opensource>") and high.supports_thinking
 
 
 @pytest.mark.parametrize(
@@ -260,17 +257,63 @@ def test_a_generated_mistral_call_id_renders_back(template_models: dict[str, Pat
 
 
 def test_reasoning_budget_zero_leaves_the_reasoning_out_of_a_forced_call(template_models: dict[str, Path]) -> None:
-    # Kimi-K2's grammar allows an optional "<think>" section before the call, which the random
-    # model writes in other tokens than the tag's own (the budget sampler cannot see it).
+    # Kimi-K2's grammar allows an optional "<think>" section before the call, written in the tag's
+    # own tokens (the ones the budget sampler counts from); with a budget of 0, or thinking off, it
+    # is left out.
     fmt = _format(template_models, "Kimi-K2-Instruct")
 
-    def output(budget: int) -> str:
-        turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather", enable_thinking=False)
-        options = turn.options(GenerationOptions(temp=0, max_tokens=48, reasoning_budget=budget))
+    def output(budget: int, thinking: bool = True) -> str:
+        turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="get_weather", enable_thinking=thinking)
+        options = turn.options(GenerationOptions(temp=0, max_tokens=64, reasoning_budget=budget))
         return MTP(fmt.model, n_draft=3, n_ctx=2048, n_threads=THREADS).generate(turn.prompt, options=options)
 
-    assert output(-1).startswith("<think>") and output(8).startswith("<think>")
+    unlimited, bounded = output(-1), output(8)
+    assert unlimited.startswith("<think>") and "</think>" not in unlimited  # reasons until max_tokens
+    assert bounded.startswith("<think>") and "</think><|tool_call_begin|>functions.get_weather:" in bounded[: len("<think>") + 60]
     assert output(0).startswith("<|tool_call_begin|>functions.get_weather:")
+    assert output(-1, thinking=False).startswith("<|tool_call_begin|>functions.get_weather:")  # thinking off
+
+
+def test_the_reasoning_tag_is_written_in_its_own_tokens(template_models: dict[str, Path]) -> None:
+    # The random model spells "<think>" in other tokens when the grammar's literal lets it; the
+    # grammar mtp_llm passes takes the tag's tokens, so the budget sampler sees the tag and closes it.
+    fmt = _format(template_models, "Kimi-K2-Thinking")
+    turn = fmt.turn(QUESTION, tools=[TOOL], tool_choice="required", enable_thinking=True)
+    options = turn.options(GenerationOptions(temp=0, max_tokens=400, reasoning_budget=REASONING_BUDGET))
+    ids = [e.id for e in MTP(fmt.model, n_draft=3, n_ctx=2048, n_threads=THREADS).stream_events(turn.prompt, options=options)
+           if isinstance(e, TokenEvent)]
+    tag = fmt.model.tokenize("<think>", add_special=False)
+    end = fmt.model.tokenize("</think>", add_special=False)
+    assert ids[: len(tag)] == tag and ids[len(tag) + REASONING_BUDGET : len(tag) + REASONING_BUDGET + len(end)] == end
+    turn.feed(fmt.model.detokenize(ids))
+    (call,) = turn.finish("eog").reply.tool_calls  # type: ignore[attr-defined]
+    assert call.name == "get_weather" and call.arguments["days"] in (2, 5)
+
+
+# The formats whose grammar mtp_llm narrows beyond the chat layer's (csrc/chat_grammar.cpp).
+NARROWED = ["Kimi-K2-Thinking", "Kimi-K3", "muse-glimmer", "openai-gpt-oss-120b", "LFM2.5-Instruct",
+            "google-gemma-4-31B-it", "openbmb-MiniCPM5-1B", "Qwen3.5-4B"]
+
+
+@pytest.mark.parametrize("name", NARROWED)
+def test_greedy_mtp_equals_plain_decoding_under_the_narrowed_grammars(template_models: dict[str, Path], name: str) -> None:
+    fmt = _format(template_models, name)
+    tagged = bool(fmt.turn(QUESTION, tools=[TOOL], tool_choice="required").grammar.thinking_start)  # type: ignore[attr-defined]
+    # With reasoning where a budget can bound it (the format has reasoning tags).
+    turn = fmt.turn(QUESTION, tools=[TWO_ARGUMENTS, OTHER_TOOL], tool_choice="required", enable_thinking=tagged)
+    budget = REASONING_BUDGET if turn.supports_thinking else -1
+    options = turn.options(GenerationOptions(temp=0, max_tokens=400, reasoning_budget=budget))
+
+    def ids(n_draft: int) -> tuple[list[int], int]:
+        session = MTP(fmt.model, n_draft=n_draft, n_ctx=4096, n_threads=THREADS)
+        out = [e.id for e in session.stream_events(turn.prompt, options=options) if isinstance(e, TokenEvent)]
+        return out, session.last_stats.drafts_generated
+
+    (mtp, drafted), (plain, _) = ids(3), ids(0)
+    assert drafted > 0 and mtp == plain
+    turn.feed(fmt.model.detokenize(mtp))
+    calls = turn.finish("eog").reply.tool_calls  # type: ignore[attr-defined]
+    assert calls and calls[0].name in ("get_weather", "get_time")
 
 
 def test_reasoning_budget_is_checked_by_the_engine_too(template_models: dict[str, Path]) -> None:
@@ -307,3 +350,59 @@ def test_info_prints_the_tool_path(template_models: dict[str, Path], capsys: pyt
     for name, path in [("Qwen3.5-4B", "native"), ("google-gemma-2-2b-it", "json")]:
         assert main(["info", "--model", str(template_models[name])]) == 0
         assert json.loads(capsys.readouterr().out)["tool_calls"].startswith(path)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.xfail(reason=WANDERS[n], strict=True)) if n in WANDERS else n for n in TEMPLATES]
+)
+def test_a_forced_call_has_each_argument_once_and_the_required_ones(template_models: dict[str, Path], name: str) -> None:
+    # An optional argument before the required one: the narrowed grammars write the arguments
+    # in the schema's order, each at most once, the required ones first.
+    fmt = _format(template_models, name)
+    turn = fmt.turn(QUESTION, tools=[TWO_ARGUMENTS], tool_choice="required", enable_thinking=False)
+    _, reason, reply = _generate(fmt, turn)
+    calls = reply.tool_calls  # type: ignore[attr-defined]
+    assert calls and calls[0].name == "get_weather", (reason, calls)
+    arguments = calls[0].arguments
+    assert arguments["days"] in (2, 5) and set(arguments) <= {"days", "unit"} and arguments.get("unit", 0) in (0, 1)
+
+
+COMPLEX_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book.trip-v2",
+        "description": "Book a trip",
+        "parameters": {
+            "type": "object",
+            "$defs": {"point": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]}},
+            "properties": {
+                "city name": {"type": "string", "enum": ["Paris", 'K\u00f6ln "x"']},
+                "when": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+                "n": {"type": "integer", "minimum": 1, "maximum": 9},
+                "ok": {"type": "boolean"},
+                "where": {"$ref": "#/$defs/point"},
+                "options": {"type": "object", "properties": {"a:b": {"type": "integer"}, "c": {"type": ["string", "null"]}}},
+                "free": {},
+            },
+            "required": ["n", "where"],
+        },
+    },
+}
+# Formats whose narrowed grammar adds rules from the tools' schemas, with a piece of it.
+SCHEMA_RULES = {"Kimi-K3": ' type=\\"number\\""', "LFM2.5-Instruct": "mtp-", "google-gemma-4-31B-it": '"n:" mtp-'}
+
+
+@pytest.mark.parametrize("name", NARROWED)
+def test_narrowed_grammars_take_any_schema(template_models: dict[str, Path], name: str) -> None:
+    # Names with dots and spaces, enums with quotes, anyOf, arrays, $ref, nested objects, an
+    # untyped value, optional arguments only: the narrowed grammar parses and generation runs.
+    fmt = _format(template_models, name)
+    optional = {"type": "function", "function": {"name": "opt", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "boolean"}}}}}
+    for choice in ("required", "auto"):
+        turn = fmt.turn(QUESTION, tools=[COMPLEX_TOOL, optional, OTHER_TOOL], tool_choice=choice, enable_thinking=False)
+        if choice == "required" and name in SCHEMA_RULES:
+            assert SCHEMA_RULES[name] in turn.grammar.grammar  # type: ignore[attr-defined]
+        options = turn.options(GenerationOptions(temp=0, max_tokens=8))
+        MTP(fmt.model, n_draft=2, n_ctx=4096, n_threads=THREADS).generate(turn.prompt, options=options)

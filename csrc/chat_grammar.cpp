@@ -1,0 +1,645 @@
+#include "chat_grammar.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include "json-schema-to-grammar.h"
+
+namespace mtp {
+
+namespace {
+
+// ------------------------------------------------------------------ GBNF text --
+
+// A grammar's rules, one a line as the chat layer's build_grammar writes them.
+class Rules {
+public:
+    explicit Rules(const std::string & text) {
+        for (size_t at = 0; at < text.size();) {
+            const size_t end = std::min(text.find('\n', at), text.size());
+            const std::string line = text.substr(at, end - at);
+            const size_t defined = line.find(" ::= ");
+            if (defined != std::string::npos) {
+                list_.emplace_back(line.substr(0, defined), line.substr(defined + 5));
+            } else if (!line.empty()) {
+                list_.emplace_back("", line);  // kept as it is
+            }
+            at = end + 1;
+        }
+    }
+
+    std::string * find(const std::string & name) {
+        for (auto & [n, body] : list_) {
+            if (n == name) return &body;
+        }
+        return nullptr;
+    }
+
+    void add(const std::string & name, const std::string & body) { list_.emplace_back(name, body); }
+
+    const std::deque<std::pair<std::string, std::string>> & list() const { return list_; }
+
+    std::string text() const {
+        std::string out;
+        for (const auto & [name, body] : list_) {
+            out += name.empty() ? body : name + " ::= " + body;
+            out += '\n';
+        }
+        return out;
+    }
+
+private:
+    std::deque<std::pair<std::string, std::string>> list_;  // added rules keep the others' addresses
+};
+
+bool is_name_char(char c) { return std::isalnum((unsigned char) c) || c == '-' || c == '_'; }
+
+// The end of the atom at s[i]: a literal, a character class, a group, a token, a rule name.
+size_t atom_end(const std::string & s, size_t i) {
+    const char c = s[i];
+    if (c == '"' || c == '[') {
+        const char close = c == '"' ? '"' : ']';
+        for (++i; i < s.size() && s[i] != close;) i += s[i] == '\\' ? 2 : 1;
+        return std::min(i + 1, s.size());
+    }
+    if (c == '(') {
+        int depth = 0;
+        while (i < s.size()) {
+            if (s[i] == '"' || s[i] == '[') {
+                i = atom_end(s, i);
+                continue;
+            }
+            if (s[i] == '(') ++depth;
+            if (s[i] == ')' && --depth == 0) return i + 1;
+            ++i;
+        }
+        return s.size();
+    }
+    if (c == '<' || (c == '!' && i + 1 < s.size() && s[i + 1] == '<')) {
+        return std::min(s.find('>', i), s.size() - 1) + 1;
+    }
+    if (!is_name_char(c)) return i + 1;  // "." and stray characters
+    while (i < s.size() && is_name_char(s[i])) ++i;
+    return i;
+}
+
+// The end of the item at s[i]: an atom and its repetition suffixes.
+size_t item_end(const std::string & s, size_t i) {
+    size_t e = atom_end(s, i);
+    while (e < s.size()) {
+        if (s[e] == '*' || s[e] == '+' || s[e] == '?') {
+            ++e;
+        } else if (s[e] == '{') {
+            e = std::min(s.find('}', e), s.size() - 1) + 1;
+        } else {
+            break;
+        }
+    }
+    return e;
+}
+
+std::string trim(const std::string & s) {
+    const size_t a = s.find_first_not_of(' ');
+    return a == std::string::npos ? "" : s.substr(a, s.find_last_not_of(' ') - a + 1);
+}
+
+// The top-level items of a sequence, with their positions.
+std::vector<std::pair<size_t, size_t>> item_spans(const std::string & s) {
+    std::vector<std::pair<size_t, size_t>> out;
+    for (size_t i = 0; i < s.size();) {
+        if (s[i] == ' ') {
+            ++i;
+            continue;
+        }
+        const size_t e = item_end(s, i);
+        out.emplace_back(i, e);
+        i = e;
+    }
+    return out;
+}
+
+std::vector<std::string> items(const std::string & s) {
+    std::vector<std::string> out;
+    for (auto [a, e] : item_spans(s)) out.push_back(s.substr(a, e - a));
+    return out;
+}
+
+// The top-level alternatives of an expression.
+std::vector<std::string> alternatives(const std::string & s) {
+    std::vector<std::string> out;
+    size_t from = 0;
+    for (size_t i = 0; i < s.size();) {
+        if (s[i] == '|') {
+            out.push_back(trim(s.substr(from, i - from)));
+            from = ++i;
+        } else if (s[i] == ' ') {
+            ++i;
+        } else {
+            i = item_end(s, i);
+        }
+    }
+    out.push_back(trim(s.substr(from)));
+    return out;
+}
+
+bool is_group(const std::string & item) {
+    return item.size() >= 2 && item.front() == '(' && atom_end(item, 0) == item.size();
+}
+
+std::string group_inner(const std::string & group) { return trim(group.substr(1, group.size() - 2)); }
+
+// The literals of an expression, at any depth.
+std::vector<std::string> literals(const std::string & s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size();) {
+        if (s[i] == '"' || s[i] == '[') {
+            const size_t e = atom_end(s, i);
+            if (s[i] == '"') out.push_back(s.substr(i, e - i));
+            i = e;
+        } else {
+            ++i;
+        }
+    }
+    return out;
+}
+
+// The rule names an expression refers to.
+std::vector<std::string> rule_refs(const std::string & s) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < s.size();) {
+        if (s[i] == '"' || s[i] == '[' || s[i] == '<') {
+            i = atom_end(s, i);
+        } else if (std::isalpha((unsigned char) s[i])) {
+            size_t e = i;
+            while (e < s.size() && is_name_char(s[e])) ++e;
+            out.push_back(s.substr(i, e - i));
+            i = e;
+        } else {
+            ++i;
+        }
+    }
+    return out;
+}
+
+// Every rule name of `names` in an expression renamed.
+std::string rename(const std::string & s, const std::map<std::string, std::string> & names) {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+        const char c = s[i];
+        if (c == '"' || c == '[' || c == '<') {
+            const size_t e = atom_end(s, i);
+            out.append(s, i, e - i);
+            i = e;
+        } else if (is_name_char(c)) {
+            size_t e = i;
+            while (e < s.size() && is_name_char(s[e])) ++e;
+            const std::string word = s.substr(i, e - i);
+            const auto it = names.find(word);
+            out += it == names.end() ? word : it->second;
+            i = e;
+        } else {
+            out += c;
+            ++i;
+        }
+    }
+    return out;
+}
+
+// As the chat layer names its rules (common_peg_parser_builder::rule).
+std::string rule_name(const std::string & name) {
+    static const std::regex invalid("[^a-zA-Z0-9-]+");
+    return std::regex_replace(name, invalid, "-");
+}
+
+std::string literal(const std::string & text) { return gbnf_format_literal(text); }
+
+// ------------------------------------------------------------------ schemas --
+
+struct Argument {
+    std::string name;
+    common_json schema;
+    bool required = false;
+};
+
+struct Tool {
+    std::string name;
+    common_json parameters;
+    std::vector<Argument> arguments;  // in the schema's order
+};
+
+// An object schema's properties, in its order, and which are required.
+std::vector<Argument> properties_of(const common_json & schema) {
+    std::vector<Argument> out;
+    if (!schema.is_object() || !schema.contains("properties") || !schema.at("properties").is_object()) {
+        return out;
+    }
+    std::vector<std::string> required;
+    if (schema.contains("required") && schema.at("required").is_array()) {
+        for (const auto & r : schema.at("required")) {
+            if (r.is_string()) required.push_back(r.get<std::string>());
+        }
+    }
+    for (const auto & prop : schema.at("properties").items()) {
+        const bool req = std::find(required.begin(), required.end(), prop.key()) != required.end();
+        out.push_back({prop.key(), prop.value(), req});
+    }
+    return out;
+}
+
+std::vector<Tool> read_tools(const std::vector<common_chat_tool> & tools) {
+    std::vector<Tool> out;
+    for (const auto & t : tools) {
+        Tool tool{t.name, {}, {}};
+        try {
+            const common_json params = common_json::parse(t.parameters.empty() ? "{}" : t.parameters);
+            tool.parameters = common_chat_tool_parameters(common_json{{"parameters", params}});
+        } catch (const std::exception &) {
+            continue;  // checked before (parse_tools); nothing to narrow
+        }
+        tool.arguments = properties_of(tool.parameters);
+        out.push_back(std::move(tool));
+    }
+    return out;
+}
+
+std::string schema_type(const common_json & schema) {
+    return schema.is_object() && schema.contains("type") && schema.at("type").is_string()
+               ? schema.at("type").get<std::string>()
+               : "";
+}
+
+// Rules added to a grammar, named apart from its own.
+class Additions {
+public:
+    explicit Additions(Rules & rules) : rules_(rules) {}
+
+    // A JSON value of `schema` (its $defs taken from `root`), as json_schema_to_grammar
+    // writes it; "" where the schema does not convert.
+    std::string json_value(const common_json & schema, const common_json & root) {
+        common_json s = schema;
+        for (const char * defs : {"$defs", "definitions"}) {
+            if (s.is_object() && root.is_object() && root.contains(defs) && !s.contains(defs)) {
+                s[defs] = root.at(defs);
+            }
+        }
+        std::string grammar;
+        try {
+            grammar = json_schema_to_grammar(s, /* force_gbnf= */ true);
+        } catch (const std::exception &) {
+            return "";
+        }
+        const Rules converted(grammar);
+        const std::string prefix = next_prefix();
+        std::map<std::string, std::string> names;
+        for (const auto & [name, body] : converted.list()) {
+            if (!name.empty()) names[name] = prefix + name;
+        }
+        if (!names.count("root")) return "";
+        for (const auto & [name, body] : converted.list()) {
+            if (!name.empty()) rules_.add(prefix + name, rename(body, names));
+        }
+        return prefix + "root";
+    }
+
+    std::string rule(const std::string & body) {
+        const std::string name = next_prefix() + "rule";
+        rules_.add(name, body);
+        return name;
+    }
+
+private:
+    std::string next_prefix() { return "mtp-" + std::to_string(count_++) + "-"; }
+
+    Rules & rules_;
+    int count_ = 0;
+};
+
+// `items` in the schema's order, each at most once, each required one present, separated
+// by `sep` ("" = none): the required ones first, as json_schema_to_grammar orders a JSON
+// object's keys. `at_least_one`: where the format needs one (LFM2's argument list).
+std::string ordered(const std::vector<std::pair<std::string, bool>> & items, const std::string & sep,
+                    bool at_least_one) {
+    std::vector<std::string> required, optional;
+    for (const auto & [item, req] : items) (req ? required : optional).push_back(item);
+    const std::string join = sep.empty() ? " " : " " + sep + " ";
+    std::string out;
+    for (const auto & r : required) out += (out.empty() ? "" : join) + "(" + r + ")";
+    if (!required.empty() || sep.empty()) {
+        for (const auto & o : optional) {
+            out += (out.empty() ? "" : " ") + std::string("(") + (required.empty() ? "" : sep + " ") + o + ")?";
+        }
+        return "(" + out + ")";
+    }
+    // No required item, with separators: the first one present, then the later ones.
+    std::string alts;
+    for (size_t i = 0; i < optional.size(); ++i) {
+        std::string tail = "(" + optional[i] + ")";
+        for (size_t j = i + 1; j < optional.size(); ++j) tail += " (" + sep + " " + optional[j] + ")?";
+        alts += (alts.empty() ? "" : " | ") + tail;
+    }
+    return "(" + alts + ")" + (at_least_one ? "" : "?");
+}
+
+// ------------------------------------------------------------------ formats --
+
+// A tool's arguments, `(A | B | ...)` repeated at will (tagged formats: MiniCPM5,
+// muse-glimmer, Kimi-K3; the optional ones after the required ones in the chat layer's
+// generic tagged formats, Qwen3-Coder's and the like; LFM2's `A ("," space A)*`), become the
+// arguments in the schema's order, each at most once and the required ones present. `narrow`
+// may narrow an argument's text. Returns whether the expression changed.
+bool order_arguments(std::string & expr, const Tool & tool, Rules & rules,
+                     const std::function<std::string(const std::string &, const Argument &)> & narrow) {
+    if (tool.arguments.empty()) return false;
+    // The argument an alternative writes: the one whose name it has as a literal (directly,
+    // or else in a rule it names).
+    auto argument_in = [&](const std::vector<std::string> & lits) -> const Argument * {
+        const Argument * found = nullptr;
+        for (const auto & a : tool.arguments) {
+            if (std::find(lits.begin(), lits.end(), literal(a.name)) != lits.end()) {
+                if (found) return nullptr;
+                found = &a;
+            }
+        }
+        return found;
+    };
+    auto argument_of = [&](const std::string & alt) -> const Argument * {
+        if (const Argument * a = argument_in(literals(alt))) return a;
+        std::vector<std::string> lits;
+        for (const auto & ref : rule_refs(alt)) {
+            if (const std::string * body = rules.find(ref)) {
+                const auto more = literals(*body);
+                lits.insert(lits.end(), more.begin(), more.end());
+            }
+        }
+        return argument_in(lits);
+    };
+    auto rebuild = [&](const std::vector<std::string> & alts, const std::string & trail, const std::string & sep,
+                       bool at_least_one) -> std::optional<std::string> {
+        std::vector<std::optional<std::pair<std::string, bool>>> by_argument(tool.arguments.size());
+        for (const auto & alt : alts) {
+            const Argument * a = alt.empty() ? nullptr : argument_of(alt);
+            if (!a || by_argument[a - tool.arguments.data()]) return std::nullopt;
+            by_argument[a - tool.arguments.data()] = {{narrow(alt, *a) + trail, a->required}};
+        }
+        std::vector<std::pair<std::string, bool>> seq;
+        for (const auto & entry : by_argument) {
+            if (entry) seq.push_back(*entry);
+        }
+        return ordered(seq, sep, at_least_one);
+    };
+    bool changed = false;
+    const auto spans = item_spans(expr);
+    for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+        std::string item = expr.substr(it->first, it->second - it->first);
+        std::optional<std::string> rebuilt;
+        if (item.size() > 3 && item.back() == '*' && is_group(item.substr(0, item.size() - 1))) {
+            // (A | B)*, ((A | B) space)*, (space (A | B))*
+            const std::string inner = group_inner(item.substr(0, item.size() - 1));
+            std::vector<std::string> alts = alternatives(inner);
+            std::string lead, trail;
+            std::vector<std::string> parts = items(inner);
+            if (alts.size() == 1 && parts.size() >= 2) {
+                if (parts.back() == "space") {
+                    trail = " space";
+                    parts.pop_back();
+                }
+                if (parts.size() >= 2 && parts.front() == "space") {
+                    lead = "space ";
+                    parts.erase(parts.begin());
+                }
+                std::string body;
+                for (const auto & p : parts) body += (body.empty() ? "" : " ") + p;
+                alts = alternatives(is_group(body) ? group_inner(body) : body);
+            }
+            for (auto & alt : alts) alt = lead.empty() ? alt : lead + alt;
+            rebuilt = rebuild(alts, trail, "", false);
+        } else if (is_group(item)) {
+            // ((A | B) ("," space (A | B))*)
+            const std::vector<std::string> parts = items(group_inner(item));
+            if (parts.size() == 2 && parts[1].size() > 3 && parts[1].back() == '*' &&
+                parts[1].rfind("(\",\" space ", 0) == 0) {
+                const std::string & first = parts[0];
+                rebuilt = rebuild(alternatives(is_group(first) ? group_inner(first) : first), "", "\",\" space", true);
+            } else if (alternatives(group_inner(item)).size() == 1) {
+                std::string inner = group_inner(item);  // (A B (C | D)*): the arguments inside
+                if (order_arguments(inner, tool, rules, narrow)) rebuilt = "(" + inner + ")";
+            }
+        }
+        if (rebuilt) {
+            expr.replace(it->first, it->second - it->first, *rebuilt);
+            changed = true;
+        }
+    }
+    return changed;
+}
+
+std::string keep(const std::string & alt, const Argument &) { return alt; }
+
+// gpt-oss: the content type after the channel ("<|constrain|>json", "json" in the template)
+// is any name in the chat layer's grammar.
+void gpt_oss(std::string & grammar) {
+    static const std::string free_type = "\"<|constrain|>\"? [A-Za-z0-9_-]+";
+    for (size_t at = grammar.find(free_type); at != std::string::npos; at = grammar.find(free_type, at)) {
+        grammar.replace(at, free_type.size(), "\"<|constrain|>\"? \"json\"");
+    }
+}
+
+// muse-glimmer: a call's recipient (" to=" + the tool's name, as the template writes it) is any
+// text; with a lazy grammar it is what the trigger matched, and stays so.
+void muse_glimmer_recipient(std::string & grammar) {
+    static const std::regex recipient(
+        R"re(" to=" until-\d+ ("<\|message\|><atem:function_calls>" space "<atem:invoke name=\\"" ("(?:[^"\\]|\\.)*")))re");
+    grammar = std::regex_replace(grammar, recipient, "\" to=\" $2 $1");
+}
+
+// Kimi-K2: the call index after "functions.NAME:" is any number of digits.
+void kimi_k2_index(std::string & grammar) {
+    static const std::regex index(R"re(("functions\." "(?:[^"\\]|\\.)*" ":") \[0-9\]\+)re");
+    grammar = std::regex_replace(grammar, index, "$1 [0-9]{1,4}");
+}
+
+// Kimi-K3: a call's attributes after its tool name, an argument's after its key, and its value
+// are free text. The template writes ` index="N"` and ` type="T"` (the value's JSON type), and
+// a value as JSON unless the schema's type is "string" (which the parser reads as raw text).
+void kimi_k3(Rules & rules, const std::vector<Tool> & tools, bool parallel, Additions & add) {
+    static const std::regex call_attrs(R"re(^(\("<\|open\|>call tool=\\"" "(?:[^"\\]|\\.)*" "\\"") until-\d+ )re");
+    static const std::regex arg(
+        R"re(^("<\|open\|>argument key=\\"" "(?:[^"\\]|\\.)*" "\\"") until-\d+ ("<\|sep\|>") (until-\d+) ("<\|close\|>argument<\|sep\|>")$)re");
+    for (const auto & tool : tools) {
+        std::string * call = rules.find(rule_name("kimi-k3-tool-" + tool.name));
+        if (!call) continue;
+        *call = std::regex_replace(*call, call_attrs, "$1 (\" index=\\\"\" [0-9]{1,4} \"\\\"\")? ",
+                                   std::regex_constants::format_first_only);
+        for (const auto & a : tool.arguments) {
+            std::string * body = rules.find(rule_name("kimi-k3-arg-" + tool.name + "-" + a.name));
+            std::smatch m;
+            if (!body || !std::regex_match(*body, m, arg)) continue;
+            const std::string type = schema_type(a.schema);
+            static const std::map<std::string, std::string> xtml = {
+                {"string", "string"}, {"integer", "number"}, {"number", "number"}, {"boolean", "boolean"},
+                {"null", "null"},     {"object", "object"},  {"array", "array"},
+            };
+            const auto t = xtml.find(type);
+            const std::string attr =
+                t != xtml.end() ? literal(" type=\"" + t->second + "\"")
+                                : "\" type=\\\"\" (\"string\" | \"number\" | \"boolean\" | \"null\" | \"object\" | "
+                                  "\"array\") \"\\\"\"";
+            std::string value = m[3];
+            if (!type.empty() && type != "string") {
+                const std::string json = add.json_value(a.schema, tool.parameters);
+                if (!json.empty()) value = json;
+            }
+            *body = m[1].str() + " " + attr + " " + m[2].str() + " " + value + " " + m[4].str();
+        }
+        order_arguments(*call, tool, rules, keep);
+    }
+    if (!parallel) {
+        if (std::string * section = rules.find("kimi-k3-tool-call")) {
+            static const std::string many = ")+ \"<|close|>tools<|sep|>\"";
+            const size_t at = section->find(many);
+            if (at != std::string::npos) section->replace(at, many.size(), ") \"<|close|>tools<|sep|>\"");
+        }
+    }
+}
+
+// LFM2: an argument's value is any Python or JSON value; one of the schema's type is JSON
+// (the parser reads JSON literals), strings keep their quoted text.
+void lfm2(Rules & rules, const std::vector<Tool> & tools, Additions & add) {
+    for (const auto & tool : tools) {
+        std::string * body = rules.find(rule_name("tool-" + tool.name));
+        if (!body || body->find("python-or-json-value") == std::string::npos) continue;
+        order_arguments(*body, tool, rules, [&](const std::string & alt, const Argument & a) {
+            static const std::string free_value = "python-or-json-value";
+            const size_t at = alt.find(free_value);
+            if (at == std::string::npos) return alt;
+            const std::string json = add.json_value(a.schema, tool.parameters);
+            return json.empty() ? alt : alt.substr(0, at) + json + alt.substr(at + free_value.size());
+        });
+    }
+}
+
+// Gemma-4's values: strings between <|"|>, keys bare, numbers, booleans and null as in JSON.
+std::string gemma4_value(const common_json & s, const common_json & root, Additions & add, int depth);
+
+std::string gemma4_literal(const common_json & v) {
+    if (v.is_string()) return literal("<|\"|>" + v.get<std::string>() + "<|\"|>");
+    if (v.is_number() || v.is_boolean() || v.is_null()) return literal(v.dump());
+    return "";
+}
+
+std::string gemma4_object(const common_json & s, const common_json & root, Additions & add, int depth) {
+    const std::vector<Argument> properties = properties_of(s);
+    if (properties.empty()) return "gemma4-dict";
+    std::vector<std::pair<std::string, bool>> kvs;
+    for (const auto & p : properties) {
+        if (p.name.empty() || p.name.find_first_of(":}") != std::string::npos) return "gemma4-dict";
+        kvs.emplace_back(literal(p.name + ":") + " " + gemma4_value(p.schema, root, add, depth + 1), p.required);
+    }
+    const bool any_required = std::any_of(kvs.begin(), kvs.end(), [](const auto & kv) { return kv.second; });
+    const std::string members = ordered(kvs, "\",\" space", true);
+    return add.rule(any_required ? "\"{\" space " + members + " space \"}\""
+                                 : "\"{\" space (\"}\" | " + members + " space \"}\")");
+}
+
+std::string gemma4_value(const common_json & s, const common_json & root, Additions & add, int depth) {
+    if (depth > 16 || !s.is_object()) return "gemma4-value";
+    auto choice = [&](const std::vector<std::string> & alts) {
+        std::string out;
+        for (const auto & a : alts) {
+            if (a.empty()) return std::string("gemma4-value");
+            out += (out.empty() ? "(" : " | ") + a;
+        }
+        return out.empty() ? std::string("gemma4-value") : out + ")";
+    };
+    if (s.contains("const")) return choice({gemma4_literal(s.at("const"))});
+    if (s.contains("enum") && s.at("enum").is_array()) {
+        std::vector<std::string> alts;
+        for (const auto & v : s.at("enum")) alts.push_back(gemma4_literal(v));
+        return choice(alts);
+    }
+    for (const char * key : {"anyOf", "oneOf"}) {
+        if (s.contains(key) && s.at(key).is_array()) {
+            std::vector<std::string> alts;
+            for (const auto & sub : s.at(key)) alts.push_back(gemma4_value(sub, root, add, depth + 1));
+            return choice(alts);
+        }
+    }
+    if (s.contains("type") && s.at("type").is_array()) {
+        std::vector<std::string> alts;
+        for (const auto & t : s.at("type")) {
+            common_json one = s;
+            one["type"] = t;
+            alts.push_back(gemma4_value(one, root, add, depth + 1));
+        }
+        return choice(alts);
+    }
+    const std::string type = schema_type(s);
+    if (type == "string") return "gemma4-string";
+    if (type == "integer" || type == "number" || type == "boolean" || type == "null") {
+        const std::string json = add.json_value(s, root);
+        return json.empty() ? "gemma4-value" : json;
+    }
+    if (type == "object") return gemma4_object(s, root, add, depth);
+    if (type == "array" && s.contains("items") && s.at("items").is_object()) {
+        const std::string item = gemma4_value(s.at("items"), root, add, depth + 1);
+        return add.rule("\"[\" space (\"]\" | " + item + " (\",\" space " + item + ")* space \"]\")");
+    }
+    return "gemma4-value";
+}
+
+// Gemma-4: a call's arguments are any dictionary; they are the tool's schema, in Gemma's syntax.
+void gemma4(Rules & rules, const std::vector<Tool> & tools, Additions & add) {
+    if (!rules.find("gemma4-dict")) return;
+    for (const auto & tool : tools) {
+        std::string * body = rules.find(rule_name("tool-" + tool.name));
+        const std::string free_args = " gemma4-dict";
+        if (!body || body->size() < free_args.size() ||
+            body->compare(body->size() - free_args.size(), free_args.size(), free_args) != 0) {
+            continue;
+        }
+        const std::string args = gemma4_object(tool.parameters, tool.parameters, add, 0);
+        body->replace(body->size() - free_args.size(), free_args.size(), " " + args);
+    }
+}
+
+}  // namespace
+
+std::string narrow_tool_grammar(const std::string & grammar, const GrammarContext & ctx) {
+    if (grammar.empty()) return grammar;
+    std::string text = grammar;
+    gpt_oss(text);
+    kimi_k2_index(text);
+    if (text.find("<atem:function_calls>") != std::string::npos && !ctx.lazy) {
+        muse_glimmer_recipient(text);
+    }
+    Rules rules(text);
+    Additions add(rules);
+    const std::vector<Tool> tools = read_tools(ctx.tools);
+    if (rules.find("kimi-k3-tool-call")) {
+        kimi_k3(rules, tools, ctx.parallel_tool_calls, add);
+    } else if (rules.find("python-or-json-value")) {
+        lfm2(rules, tools, add);
+    } else if (rules.find("gemma4-dict")) {
+        gemma4(rules, tools, add);
+    } else {
+        for (const auto & tool : tools) {  // tagged arguments (MiniCPM5, muse-glimmer, ling-3, ...)
+            const std::string name = rule_name("tool-" + tool.name);
+            std::vector<std::string> calls;
+            for (const auto & [rule, body] : rules.list()) {
+                if (rule == name || (rule.size() > name.size() && rule.compare(rule.size() - name.size() - 1,
+                                                                               name.size() + 1, "-" + name) == 0)) {
+                    calls.push_back(rule);
+                }
+            }
+            for (const auto & rule : calls) order_arguments(*rules.find(rule), tool, rules, keep);
+        }
+    }
+    return rules.text();
+}
+
+}  // namespace mtp

@@ -1,0 +1,28 @@
+#pragma once
+
+// Narrowing of the chat layer's tool-call grammars (common/chat.h) to what its own parser
+// reads back as the call the tools describe: where a format's grammar leaves a part of the
+// call free (a recipient, a content type, attributes, any key or value, repetitions), every
+// string it admits still parses, but a model can write in that part without end. The
+// narrowed grammar admits a subset of the chat layer's (so every string it admits is one the
+// chat layer's parser reads), built from the tools' schemas; parsing stays the chat layer's.
+
+#include <string>
+#include <vector>
+
+#include "chat.h"
+
+namespace mtp {
+
+struct GrammarContext {
+    const std::vector<common_chat_tool> & tools;  // the tools the grammar was built for
+    bool parallel_tool_calls = false;
+    bool lazy = false;  // the grammar applies from a trigger on (the trigger's text is not narrowed)
+};
+
+// The grammar narrowed for each format it knows (gpt-oss, muse-glimmer, Kimi-K2, Kimi-K3,
+// LFM2, Gemma-4, MiniCPM5 and the tagged-argument formats with the same shapes); a grammar
+// of another shape is returned as it is.
+std::string narrow_tool_grammar(const std::string & grammar, const GrammarContext & ctx);
+
+}  // namespace mtp
