@@ -2,7 +2,7 @@
 // (patches/llama.cpp/0001-small-batch-matmul.patch).
 //
 // One ggml mul_mat W[k,m] (f16 / q8_0 / q4_0) x X[k,n] (f32), n = 1..nmax; prints the minimum time over
-// `reps` runs and the ratio to n = 1. `check` compares, for n = 2..8, the default path (patched kernel)
+// `reps` runs and the ratio to n = 1. `check` compares, for n = 1..16, the default path (patched kernel)
 // and the pre-patch path (cplan.use_ref = true, which the patch honours) against a double-precision
 // reference computed from the dequantized weights and the activations as the kernels see them
 // (rounded to the vec_dot type: f16 for f16 weights, q8_0 for q8_0/q4_0 weights).
@@ -25,7 +25,7 @@
 //       TYPE: f16 | q8_0 | q4_0. Compute-bound: K=M=2048 NMAT=1; memory-bound: K=M=4096 NMAT=16.
 //       Each rep runs the patched path and the pre-patch path (cplan.use_ref = true) back to back; min over reps.
 //       SMALL_BATCH_REF=1 times only the pre-patch path (e.g. against an unpatched build).
-//   /tmp/small_batch_matmul check      (types x k in {96,256,768,800,2304,4096} x m x n=2..8 x threads 1,2)
+//   /tmp/small_batch_matmul check      (types x k in {96,256,768,800,2304,4096} x m x n=1..16 x threads 1,2)
 #include "ggml.h"
 #include "ggml-cpu.h"
 
@@ -154,7 +154,7 @@ static int check() {
             fill_weights(W, rng);
             std::vector<float> wf((size_t) k * m);
             for (int r = 0; r < m; ++r) tt->to_float((const char *) W->data + r * W->nb[1], wf.data() + (size_t) r * k, k);
-            for (int n = 2; n <= 8; ++n) {
+            for (int n = 1; n <= 16; ++n) {
                 std::vector<float> x((size_t) k * n), xq((size_t) k * n);
                 for (auto & v : x) v = u(rng);
                 // activations as the kernels see them
@@ -198,7 +198,7 @@ static int check() {
             }
             ggml_free(ctx);
         }
-        printf("%-5s max |err|/max|ref| over k in {96,256,768,800,2304,4096}, m in {1,7,64,333}, n=2..8, threads 1,2: "
+        printf("%-5s max |err|/max|ref| over k in {96,256,768,800,2304,4096}, m in {1,7,64,333}, n=1..16, threads 1,2: "
                "patched %.2e, pre-patch %.2e, patched vs pre-patch %.2e\n", ggml_type_name(t), worst_new, worst_old, worst_diff);
     }
     printf(failures ? "check: %d FAILURES\n" : "check: all passed\n", failures);
