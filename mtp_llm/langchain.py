@@ -100,7 +100,10 @@ __all__ = ["MTPLLM", "STATS_KEY", "ChatMTP", "MTPEmbeddings", "MTPStatsHandler"]
 
 _PROVIDER = "mtp_llm"
 # Keyword arguments LangChain passes through to the model that are not generation options.
-_LC_KWARGS = ("tools", "tool_choice", "ls_structured_output_format", "stream", "parallel_tool_calls", "enable_thinking")
+_LC_KWARGS = (
+    "tools", "tool_choice", "ls_structured_output_format", "stream", "parallel_tool_calls", "enable_thinking",
+    "reasoning_effort",
+)
 _session_lock = threading.Lock()
 
 
@@ -592,6 +595,9 @@ class ChatMTP(_MTPParams, BaseChatModel):
     """Jinja chat template overriding the GGUF's (ChatML when the GGUF has none)."""
     enable_thinking: bool = True
     """Let reasoning models think (for templates with a switch); a call may pass its own."""
+    reasoning_effort: str | None = None
+    """Passed to templates that read it (gpt-oss "low"/"medium"/"high", Hunyuan's "no_think"/"low"/"high");
+    None: the template's default. A call may pass its own."""
     streaming: bool = False
     """Let ``invoke`` run through the streaming path (tokens reach callbacks either way)."""
 
@@ -633,6 +639,7 @@ class ChatMTP(_MTPParams, BaseChatModel):
             tool_choice=normalize_tool_choice(kwargs.get("tool_choice"), _tool_names(tools)),
             parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", False)),
             enable_thinking=bool(kwargs.get("enable_thinking", self.enable_thinking)),
+            reasoning_effort=kwargs.get("reasoning_effort", self.reasoning_effort),
         )
         return turn.prompt, turn.options(self._call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn)
 

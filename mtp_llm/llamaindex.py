@@ -186,6 +186,11 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     enable_thinking: bool = Field(
         default=True, description="Let reasoning models think (templates with a switch); a call may pass its own."
     )
+    reasoning_effort: str | None = Field(
+        default=None,
+        description="Passed to templates that read it (gpt-oss, Hunyuan's no_think/low/high); None: the template's "
+        "default. A call may pass its own.",
+    )
 
     # generation defaults (None = the engine's default)
     max_tokens: int = Field(default=256, gt=0, description="Maximum new tokens per call.")
@@ -251,6 +256,7 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
         tool_choice = kwargs.pop("tool_choice", None)
         parallel = bool(kwargs.pop("allow_parallel_tool_calls", False))
         enable_thinking = bool(kwargs.pop("enable_thinking", self.enable_thinking))
+        reasoning_effort = kwargs.pop("reasoning_effort", self.reasoning_effort)
         template = self._template()
         options = call_options(self, kwargs)
         if template is None and self.messages_to_prompt is not generic_messages_to_prompt and not tools:
@@ -265,6 +271,7 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
             tool_choice=normalize_tool_choice(tool_choice, names),
             parallel_tool_calls=parallel,
             enable_thinking=enable_thinking,
+            reasoning_effort=reasoning_effort,
         )
         return _Call(self, turn.prompt, turn.options(options), turn=turn)
 

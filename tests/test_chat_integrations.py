@@ -78,3 +78,25 @@ def test_reasoning_budget_reaches_both_integrations(qwen: str) -> None:
     assert response.message.content and not thinking(response.message).strip()
     unlimited_li = llm.chat([ChatMessage(role="user", content="Weather in Paris?")], reasoning_budget=-1)
     assert not unlimited_li.message.content and thinking(unlimited_li.message)
+
+
+def test_reasoning_effort_reaches_both_integrations(template_models: dict[str, Path]) -> None:  # noqa: F811
+    """Hunyuan's template closes the reasoning section at its default effort ("no_think") and opens it at "high"."""
+    from llama_index.core.base.llms.types import ThinkingBlock
+    from llama_index.core.llms import ChatMessage
+
+    common = dict(model_path=str(template_models["tencent-Hy3"]), n_ctx=2048, n_threads=THREADS, temperature=0,
+                  max_tokens=12, reasoning_budget=2)
+    chat = ChatMTP(**common)
+    assert not chat.invoke("Weather in Paris?").additional_kwargs.get("reasoning_content", "").strip()
+    high = chat.invoke("Weather in Paris?", reasoning_effort="high")
+    assert high.additional_kwargs["reasoning_content"].strip()
+    assert ChatMTP(**common, reasoning_effort="high").invoke("Weather in Paris?").additional_kwargs == high.additional_kwargs
+
+    def thinking(message: ChatMessage) -> str:
+        return "".join(b.content or "" for b in message.blocks if isinstance(b, ThinkingBlock))
+
+    question = [ChatMessage(role="user", content="Weather in Paris?")]
+    assert not thinking(MTPLLM(**common).chat(question).message).strip()
+    assert thinking(MTPLLM(**common, reasoning_effort="high").chat(question).message).strip()
+    assert thinking(MTPLLM(**common).chat(question, reasoning_effort="high").message).strip()
