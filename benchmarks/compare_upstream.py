@@ -71,7 +71,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--flash-attn", default="off", choices=["on", "off"],
                         help="the same setting on both sides (off: the engine's default on the CPU)")
-    parser.add_argument("--bin-dir", default=str(ROOT / "build" / "upstream"))
+    parser.add_argument("--bin-dir", default=str(ROOT / "build" / "upstream" / "bin"))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
 
