@@ -14,7 +14,6 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from .options import DraftLength, draft_length
@@ -143,11 +142,9 @@ def cmd_parallel(args: argparse.Namespace, model_path: str | None, prompts: Sequ
     rows, meta = run_parallel(
         model_path, levels, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, args.n_gpu_layers
     )
-    table = markdown(rows, meta)
-    print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "parallel.md").write_text(table + "\n")
-    (out / "parallel.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print(f"\nwrote {out / 'parallel.md'}, {out / 'parallel.json'}")
+    from .bench import write_table
+
+    md = write_table(markdown(rows, meta), args.out, "parallel.md")
+    (md.parent / "parallel.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    print(f"\nwrote {md}, {md.parent / 'parallel.json'}")
     return 0
