@@ -49,10 +49,9 @@ JSON_PATH = {
     "microsoft-Phi-3.5-mini-instruct",
 }
 
-# Forced calls a random-weight model cannot finish in a format (a trained model writes them), with
-# the reason: none left. mtp_llm narrows the chat layer's grammar where it leaves a part of the call
-# free (csrc/chat_grammar.cpp), and reasoning_budget=8 closes the reasoning where the format has it.
-WANDERS: dict[str, str] = {}
+# Every format's forced call is finished by a random-weight model: mtp_llm narrows the chat layer's
+# grammar where it leaves a part of the call free (csrc/chat_grammar.cpp), and reasoning_budget=8
+# closes the reasoning where the format has it.
 REASONING_BUDGET = 8
 """Reasoning tokens a forced call may start with: the random model would reason until max_tokens."""
 
@@ -120,7 +119,7 @@ def _generate(fmt: ChatFormat, turn: ChatTurn, max_tokens: int = 400) -> tuple[l
 
 def test_the_tree_has_templates() -> None:
     assert len(TEMPLATES) >= 60, TEMPLATE_DIR
-    assert JSON_PATH <= set(TEMPLATES) and set(WANDERS) <= set(TEMPLATES)
+    assert JSON_PATH <= set(TEMPLATES)
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
@@ -183,9 +182,7 @@ def test_a_reasoning_effort_reaches_the_template(template_models: dict[str, Path
     assert high.prompt.endswith("<think:opensource>") and high.supports_thinking
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.xfail(reason=WANDERS[n], strict=True)) if n in WANDERS else n for n in TEMPLATES]
-)
+@pytest.mark.parametrize("name", TEMPLATES)
 def test_forced_call_is_generated_streamed_and_parsed(template_models: dict[str, Path], name: str) -> None:
     fmt = _format(template_models, name)
     turn = fmt.turn(QUESTION, tools=[TOOL, OTHER_TOOL], tool_choice="get_weather", enable_thinking=False)
@@ -352,9 +349,7 @@ def test_info_prints_the_tool_path(template_models: dict[str, Path], capsys: pyt
         assert json.loads(capsys.readouterr().out)["tool_calls"].startswith(path)
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.xfail(reason=WANDERS[n], strict=True)) if n in WANDERS else n for n in TEMPLATES]
-)
+@pytest.mark.parametrize("name", TEMPLATES)
 def test_a_forced_call_has_each_argument_once_and_the_required_ones(template_models: dict[str, Path], name: str) -> None:
     # An optional argument before the required one: the narrowed grammars write the arguments
     # in the schema's order, each at most once, the required ones first.
