@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <regex>
-#include <string_view>
 
 #include "chat_grammar.hpp"
 #include "errors.hpp"
@@ -82,63 +81,6 @@ std::string force_call(const std::string & grammar, bool thinking) {
     }
     root = std::regex_replace(root, section_before_call, "$1$2");
     return grammar.substr(0, start) + root + grammar.substr(end);
-}
-
-// The tagged-argument formats whose calls end with the call's end tag right after the last
-// argument (GLM-4.6, GLM-4.7, Spark2.5, Laguna: "...</arg_value></tool_call>"): the chat
-// layer's parser requires the end tag there (a lookahead, which the grammar cannot say;
-// Laguna's tolerates whitespace), its grammar lets whitespace in, and an output with it does
-// not parse. The grammar is narrowed to what the templates render and every such parser
-// reads: no whitespace between a call's last argument and its end tag (a tool without
-// arguments keeps the space after its name).
-std::string close_calls_tightly(const std::string & grammar) {
-    static const std::regex call_end(R"re(\(((?:tool-[\w-]+)(?: \| tool-[\w-]+)*)\) space ("))re");
-    std::vector<std::string> after_arguments;  // tools whose rule ends with an argument's rule
-    for (size_t at = 0; at < grammar.size();) {
-        const size_t end = std::min(grammar.find('\n', at), grammar.size());
-        const std::string_view line(grammar.data() + at, end - at);
-        const size_t defined = line.find(" ::= ");
-        if (line.rfind("tool-", 0) == 0 && defined != std::string_view::npos) {
-            std::string_view body = line.substr(defined + 5);
-            while (!body.empty() && (body.back() == ')' || body.back() == '*' || body.back() == '?')) {
-                body.remove_suffix(1);
-            }
-            const size_t last = body.find_last_of(" (");
-            const std::string_view tail = last == std::string_view::npos ? body : body.substr(last + 1);
-            if (tail.rfind("tool-", 0) == 0 && tail.find("-arg-") != std::string_view::npos) {
-                after_arguments.emplace_back(line.substr(0, defined));
-            }
-        }
-        at = end + 1;
-    }
-    if (after_arguments.empty()) {
-        return grammar;
-    }
-    std::string out;
-    auto from = grammar.cbegin();
-    for (std::sregex_iterator it(grammar.begin(), grammar.end(), call_end), last; it != last; ++it) {
-        const std::string alternatives = (*it)[1];
-        bool tight = false;
-        for (size_t at = 0; at <= alternatives.size() && !tight;) {
-            const size_t bar = std::min(alternatives.find(" | ", at), alternatives.size());
-            const std::string name = alternatives.substr(at, bar - at);
-            tight = std::find(after_arguments.begin(), after_arguments.end(), name) != after_arguments.end();
-            at = bar + 3;
-        }
-        out.append(from, (*it)[0].first);
-        out += tight ? "(" + alternatives + ") \"" : std::string((*it)[0]);
-        from = (*it)[0].second;
-    }
-    out.append(from, grammar.cend());
-    return out;
-}
-
-// Mistral's call ids ("[CALL_ID]" + id, before "[ARGS]") are nine letters and digits: its
-// templates reject any other id when the conversation is rendered back. The chat layer's
-// grammar lets the id be any text; it is narrowed to the shape the template takes back.
-std::string mistral_call_ids(const std::string & grammar) {
-    static const std::regex free_id(R"re("\[CALL_ID\]" until-\d+)re");
-    return std::regex_replace(grammar, free_id, R"re("[CALL_ID]" [a-zA-Z0-9]{9})re");
 }
 
 }  // namespace
@@ -235,7 +177,7 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     out.prompt = std::move(params.prompt);
     out.format = common_chat_format_name(params.format);
     const GrammarContext narrowing{forced.empty() ? tools : forced, request.parallel_tool_calls, params.grammar_lazy};
-    out.grammar = mistral_call_ids(close_calls_tightly(params.grammar));
+    out.grammar = params.grammar;
     if (std::string narrowed = narrow_tool_grammar(out.grammar, narrowing); narrowed != out.grammar) {
         // A safety net: a narrowed grammar that llama.cpp does not read leaves the chat layer's.
         clear_log();

@@ -20,9 +20,9 @@ struct GrammarContext {
     bool lazy = false;  // the grammar applies from a trigger on (the trigger's text is not narrowed)
 };
 
-// The grammar narrowed for each format it knows (gpt-oss, muse-glimmer, Kimi-K2, Kimi-K3,
-// LFM2, Gemma-4, MiniCPM5 and the tagged-argument formats with the same shapes); a grammar
-// of another shape is returned as it is.
+// The grammar narrowed for each format it knows (GLM-4.6/4.7, Spark2.5 and Laguna's call end,
+// Mistral's call ids, gpt-oss, muse-glimmer, Kimi-K2, Kimi-K3, LFM2, Gemma-4, MiniCPM5 and the
+// tagged-argument formats with the same shapes); a grammar of another shape is returned as it is.
 std::string narrow_tool_grammar(const std::string & grammar, const GrammarContext & ctx);
 
 }  // namespace mtp
