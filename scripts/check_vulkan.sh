@@ -19,22 +19,44 @@ if ! command -v glslc >/dev/null 2>&1 || [ ! -e /usr/include/vulkan/vulkan.h ] |
   fi
 fi
 
+CACHE="${MTP_LLM_CACHE_DIR:-$HOME/.cache/mtp_llm}"
+# Unpack Debian packages of another suite (never installed) into a cache folder: apt with a private list.
+unpack_debs() {  # unpack_debs SUITE DEST PACKAGE...
+  local suite=$1 dest=$2; shift 2
+  local apt; apt="$(mktemp -d)"; mkdir -p "$apt/lists/partial"
+  echo "deb http://deb.debian.org/debian $suite main" > "$apt/sources.list"
+  local opts=(-o "Dir::Etc::sourcelist=$apt/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$apt/lists"
+              -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+  apt-get "${opts[@]}" update -qq
+  (cd "$apt" && apt-get "${opts[@]}" download "${@/%//$suite}" 2>/dev/null)
+  mkdir -p "$dest" && for deb in "$apt"/*.deb; do dpkg-deb -x "$deb" "$dest"; done
+  rm -rf "$apt"
+}
+
 # ggml-vulkan needs Vulkan headers >= 1.3.261 (VK_EXT_layer_settings); Debian 12 ships 1.3.239. Take the
-# headers (only) from Debian 13's libvulkan-dev, fetched with apt into a private list, unpacked in the cache.
+# headers (only) from Debian 13's libvulkan-dev.
 VK_ARGS=()
 if ! grep -q LayerSettingEXT /usr/include/vulkan/vulkan_structs.hpp 2>/dev/null; then
-  HDR="${MTP_LLM_CACHE_DIR:-$HOME/.cache/mtp_llm}/vulkan-headers-trixie"
-  if [ ! -e "$HDR/usr/include/vulkan/vulkan.hpp" ]; then
-    APT="$(mktemp -d)"; mkdir -p "$APT/lists/partial"
-    echo "deb http://deb.debian.org/debian trixie main" > "$APT/sources.list"
-    opts=(-o "Dir::Etc::sourcelist=$APT/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$APT/lists"
-          -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
-    apt-get "${opts[@]}" update -qq
-    (cd "$APT" && apt-get "${opts[@]}" download libvulkan-dev 2>/dev/null)
-    mkdir -p "$HDR" && dpkg-deb -x "$APT"/libvulkan-dev_*.deb "$HDR"
-    rm -rf "$APT"
-  fi
+  HDR="$CACHE/vulkan-headers-trixie"
+  [ -e "$HDR/usr/include/vulkan/vulkan.hpp" ] || unpack_debs trixie "$HDR" libvulkan-dev
   VK_ARGS=(-C "cmake.define.Vulkan_INCLUDE_DIR=$HDR/usr/include")
+fi
+
+# Debian 12's lavapipe (Mesa 22.3) frees a buffer object that its queue thread still holds: the hybrid
+# full-offload cases crash in 1 run of 2 with it (docs/gpu.md). Run the tests on Mesa 25's lavapipe from
+# bookworm-backports, unpacked beside the system driver; MTP_LLM_LAVAPIPE=system keeps the system's.
+mesa="$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)"
+if [ "${MTP_LLM_LAVAPIPE:-}" != system ] && [ -n "$mesa" ] && dpkg --compare-versions "$mesa" lt 23; then
+  LVP="$CACHE/lavapipe-bookworm-backports"
+  if [ ! -e "$LVP/lvp_icd.json" ]; then
+    unpack_debs bookworm-backports "$LVP" mesa-vulkan-drivers libdrm2 libdrm-amdgpu1
+    printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' \
+      "$(find "$LVP/usr/lib" -name libvulkan_lvp.so)" > "$LVP/lvp_icd.json"
+  fi
+  lib="$(dirname "$(find "$LVP/usr/lib" -name libvulkan_lvp.so)")"
+  export VK_ICD_FILENAMES="$LVP/lvp_icd.json"
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "check_vulkan: lavapipe $(zcat "$LVP/usr/share/doc/mesa-vulkan-drivers/changelog.Debian.gz" | head -1 | cut -d' ' -f2) from $LVP" >&2
 fi
 
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
