@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +130,20 @@ def test_gpu_matches_cpu_build(
 def test_gpu_model_reports_offload(tiny_paths: dict[str, Path]) -> None:
     model = load(tiny_paths, "random", -1, "CPU")
     assert (model.n_gpu_layers, model.mtp_device) == (-1, "CPU")
+
+
+def test_gpu_check_dry_run(tmp_path: Path, cpu_reference: dict[str, dict[str, Any]]) -> None:
+    """benchmarks/gpu_check.sh up to the CUDA build: the packed llama.cpp tree (pack_llama_cpp.sh)
+    holds what the build needs (CUDA and RPC sources) and configures without the network."""
+    root = Path(__file__).parent.parent
+    env = {**os.environ, "MTP_LLM_GPU_CHECK_BUILD": str(tmp_path), "MTP_LLM_GPU_CHECK_DRY_RUN": "1",
+           "MTP_LLM_GPU_CHECK_PYTHON": sys.executable, "MTP_LLM_VENV": sys.prefix,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("OUT", None)
+    subprocess.run(["bash", "benchmarks/pack_llama_cpp.sh", "--tree-only"], cwd=root, env=env, check=True)
+    (tmp_path / "gpu-reference.json").write_text(json.dumps(cpu_reference))
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "dry run: the packed tree configures" in done.stderr
+    assert (tmp_path / "llama.cpp-src" / "ggml" / "src" / "ggml-rpc" / "ggml-rpc.cpp").is_file()
+    assert not (tmp_path / "llama.cpp-src" / "ggml" / "src" / "ggml-vulkan").exists()
