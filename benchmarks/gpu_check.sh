@@ -8,7 +8,7 @@
 # Tables land in $OUT (or build/gpu-check). `gpu_check.sh build` and then, at once while the machine
 # is warm, `gpu_check.sh run` split it into two commands (the build is most of the time).
 # - It uses the machine's python3 (on the H200 image the one with numpy, pybind11, scikit-build-core,
-#   pytest); gguf and pytest-asyncio come from the carried wheels. MTP_LLM_GPU_CHECK_PYTHON names another.
+#   pytest); gguf and pytest-asyncio (and typing-extensions) come from the carried wheels. MTP_LLM_GPU_CHECK_PYTHON names another.
 # - A CUDA toolkit without cuBLAS (nvcc alone) is completed by the cuBLAS of a pip wheel
 #   (nvidia-cublas, which PyTorch installs); without the driver library to link, VMM is off.
 # - MTP_LLM_GPU_CHECK_DRY_RUN=1 stops before nvcc is needed (tests/test_gpu.py runs it so);
@@ -34,7 +34,7 @@ unpack_tree_and_packages() {
   export MTP_LLM_LLAMA_CPP_DIR="$SRC"   # no fetch: the packed (patched, pruned) tree
   [ -f "$SRC/ggml/src/ggml-cuda/CMakeLists.txt" ] || { log "the packed tree has no ggml-cuda sources"; exit 1; }
   log "llama.cpp tree unpacked ($(du -sh "$SRC" | cut -f1))"
-  local carried; carried="$(missing gguf pytest_asyncio)"
+  local carried; carried="$(missing gguf pytest_asyncio typing_extensions)"
   if [ -n "$carried" ]; then
     "$PY" -m pip install -q --no-index --no-deps --find-links "$BUILD/wheels" ${carried//_/-} \
       || log "could not install $carried from $BUILD/wheels"

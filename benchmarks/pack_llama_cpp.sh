@@ -19,7 +19,7 @@ tar -C "$SRC" -czf "$BUILD/llama.cpp-src.tar.gz" \
 [ "${1:-}" = --tree-only ] && exit 0
 # The pure-Python packages the check needs beyond the H200 image's (which has numpy, pybind11,
 # scikit-build-core, pytest): this venv's versions, as wheels (no network there).
-pins="$("$PY" -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("gguf", "pytest-asyncio")))')"
+pins="$("$PY" -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("gguf", "pytest-asyncio", "typing-extensions")))')"
 "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$BUILD/wheels" $pins >/dev/null
 # The CPU build's tokens and acceptance counts, the reference of the equality tests.
 "$PY" tests/gpu_cases.py > "$BUILD/gpu-reference.json"
