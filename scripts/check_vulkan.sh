@@ -20,11 +20,17 @@ if ! command -v glslc >/dev/null 2>&1 || [ ! -e /usr/include/vulkan/vulkan.h ] |
 fi
 
 CACHE="${MTP_LLM_CACHE_DIR:-$HOME/.cache/mtp_llm}"
-# Unpack Debian packages of another suite (never installed) into a cache folder: apt with a private list.
+# Unpack Debian packages of another suite (never installed) into a cache folder: apt with a private list
+# on the mirror this system's own Debian release comes from (MTP_LLM_DEBIAN_MIRROR names another).
 unpack_debs() {  # unpack_debs SUITE DEST PACKAGE...
   local suite=$1 dest=$2; shift 2
+  local codename mirror
+  codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+  mirror="${MTP_LLM_DEBIAN_MIRROR:-$(apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 2>/dev/null \
+    | awk -v c="$codename" '$1 == c {print $2; exit}')}"
+  [ -n "$mirror" ] || { echo "check_vulkan: no Debian mirror found in apt's sources; set MTP_LLM_DEBIAN_MIRROR" >&2; exit 1; }
   local apt; apt="$(mktemp -d)"; mkdir -p "$apt/lists/partial"
-  echo "deb http://deb.debian.org/debian $suite main" > "$apt/sources.list"
+  echo "deb $mirror $suite main" > "$apt/sources.list"
   local opts=(-o "Dir::Etc::sourcelist=$apt/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$apt/lists"
               -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
   apt-get "${opts[@]}" update -qq
@@ -43,7 +49,7 @@ if ! grep -q LayerSettingEXT /usr/include/vulkan/vulkan_structs.hpp 2>/dev/null;
 fi
 
 # Debian 12's lavapipe (Mesa 22.3) frees a buffer object that its queue thread still holds: the hybrid
-# full-offload cases crash in 1 run of 2 with it (docs/gpu.md). Run the tests on Mesa 25's lavapipe from
+# full-offload cases crashed in 4 runs of 5 with it (docs/gpu.md). Run the tests on Mesa 25's lavapipe from
 # bookworm-backports, unpacked beside the system driver; MTP_LLM_LAVAPIPE=system keeps the system's.
 mesa="$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)"
 if [ "${MTP_LLM_LAVAPIPE:-}" != system ] && [ -n "$mesa" ] && dpkg --compare-versions "$mesa" lt 23; then
