@@ -253,6 +253,15 @@ void Session::decode_or_throw(llama_context * ctx, common_batch & batch, const c
     }
 }
 
+// A GPU backend returns from llama_decode before it computes, and the first read of the
+// outputs waits. Waiting where a phase ends keeps the time in that phase's bucket.
+void Session::synchronize_contexts() {
+    llama_synchronize(ctx_tgt_.get());
+    if (ctx_dft_) {
+        llama_synchronize(ctx_dft_.get());
+    }
+}
+
 void Session::head_failed(int32_t rc, const char * what) {
     if (rc == 2) {
         fail(ErrorKind::Cancelled, "generation was aborted");
@@ -797,6 +806,7 @@ void Session::process_prompt_chunk(Slot & s) {
             for (size_t i = 0; i < n; ++i) {
                 common_sampler_accept(s.sampler.get(), s.prompt[s.prompt_done + i], false);
             }
+            synchronize_contexts();  // the chunk's time is the prompt's, on GPU backends too
             s.prompt_done += n;
         }
         if (s.prompt_done == s.prompt.size()) {
@@ -1051,6 +1061,7 @@ void Session::verify(std::vector<Slot *> & slots) {
     }
     const int64_t t0 = now_us();
     decode_or_throw(ctx_tgt_.get(), batch_, "verify batch");
+    llama_synchronize(ctx_tgt_.get());  // the pass's time is the verify's, on GPU backends too
     const uint64_t us = (uint64_t) (now_us() - t0);
     const uint64_t rows = (uint64_t) batch_.size();
     for (Slot * s : slots) {

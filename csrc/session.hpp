@@ -169,6 +169,7 @@ private:
     static void check_deadline(const Slot & s);
     void head_failed(int32_t rc, const char * what);
     void decode_or_throw(llama_context * ctx, common_batch & batch, const char * what);
+    void synchronize_contexts();
     // `shared_batch_counted`: another slot of this round already counted its verify decode.
     void record(Slot & s, const Counters & c, bool shared_batch_counted = false);
     void process_prompt_chunk(Slot & s);

@@ -120,6 +120,8 @@ class MTPStats:
     prompt_us: int
     """Prompt-processing time in microseconds."""
     prompt_tokens_per_sec: float
+    """Prompt tokens decoded in ``prompt_us`` per second; a prompt's last token is decoded with the
+    first step, not here (0.0 when nothing else was left to decode, e.g. a fully cached prompt)."""
     time_to_first_token_us: int
     """From the start of the latest call to its first generated token."""
     generations: int
@@ -136,6 +138,8 @@ class MTPStats:
         named = int(c["t_draft_us"]) + int(c["t_verify_us"]) + int(c["t_sample_us"]) + int(c["t_ckpt_us"])
         drafting_passes = int(c["iters"]) - int(c["replays"])
         prompt_us = int(c["t_prompt_us"])
+        processed = int(c["prompt_tokens"]) - int(c["prompt_tokens_cached"])
+        prompt_decoded = processed - int(c["generations"])  # each call's last prompt token: its first step
         drafted_at = [int(x) for x in c["drafted_at"]]
         length_counts = [drafting_passes - (drafted_at[0] if drafted_at else 0)] + [
             drafted_at[k] - (drafted_at[k + 1] if k + 1 < len(drafted_at) else 0) for k in range(len(drafted_at))
@@ -171,11 +175,9 @@ class MTPStats:
             ),
             prompt_tokens=int(c["prompt_tokens"]),
             prompt_tokens_cached=int(c["prompt_tokens_cached"]),
-            prompt_tokens_processed=int(c["prompt_tokens"]) - int(c["prompt_tokens_cached"]),
+            prompt_tokens_processed=processed,
             prompt_us=prompt_us,
-            prompt_tokens_per_sec=(int(c["prompt_tokens"]) - int(c["prompt_tokens_cached"])) * 1e6 / prompt_us
-            if prompt_us
-            else 0.0,
+            prompt_tokens_per_sec=prompt_decoded * 1e6 / prompt_us if prompt_us and prompt_decoded > 0 else 0.0,
             time_to_first_token_us=int(c["t_first_token_us"]),
             generations=int(c["generations"]),
             draft_controller=DraftControllerEstimates.from_native(controller) if controller else None,

@@ -51,7 +51,7 @@ def test_cached_calls_equal_fresh_calls(tiny_paths: dict[str, Path], case: str) 
         HISTORY + first + " And then?",  # back to the first one
     ]
     reused = []
-    for prompt in turns:
+    for i, prompt in enumerate(turns):
         got = token_ids(cached, prompt, max_tokens=24, temp=0)
         assert got == token_ids(fresh, prompt, max_tokens=24, temp=0), (case, prompt)
         stats = cached.last_stats
@@ -60,7 +60,12 @@ def test_cached_calls_equal_fresh_calls(tiny_paths: dict[str, Path], case: str) 
             f = fresh.last_stats
             assert (stats.drafts_generated, stats.drafts_accepted) == (f.drafts_generated, f.drafts_accepted)
         assert stats.prompt_tokens_processed == stats.prompt_tokens - stats.prompt_tokens_cached
+        # The rate counts what the prompt phase decoded: all but the last token (decoded by the first step).
+        decoded = stats.prompt_tokens_processed - 1
+        assert stats.prompt_tokens_per_sec == (pytest.approx(decoded * 1e6 / stats.prompt_us) if decoded else 0.0)
         reused.append(stats.prompt_tokens_cached)
+        if case == "dense plain" and i == 2:  # the same prompt again: cached up to its last token
+            assert stats.prompt_tokens_processed == 1 and stats.prompt_tokens_per_sec == 0.0
     # (Hybrid targets, whose recurrent state cannot roll back, reuse the checkpoints
     # saved where earlier prompts ended: the history's.)
     assert reused[0] > 60 and reused[1] > 60 and reused[2] > 60 and reused[3] == 0 and reused[4] > 60
