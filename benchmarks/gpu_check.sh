@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# One-shot NVIDIA check (one 10-minute command on a 16-core H200 machine, no network):
+# One-shot NVIDIA check (a 16-core H200 machine, no network; `build` then `run`, each well under 10 minutes):
 # CUDA build for one architecture, the tiny-model equality tests against the CPU build's
 # reference, then `mtp-llm bench` on the built-in model and on synthetic memory-bound ~1B and
 # ~3B models, all layers offloaded, and 1 against 4 parallel streams on the 1B one.
 # Prepare here with `bash benchmarks/pack_llama_cpp.sh`, then
-#   run(command="bash benchmarks/gpu_check.sh", carry=["build/llama.cpp-src.tar.gz", "build/gpu-reference.json", "build/wheels"])
-# Tables land in $OUT (or build/gpu-check). `gpu_check.sh build` and then, at once while the machine
-# is warm, `gpu_check.sh run` split it into two commands (the build is most of the time).
+#   run(command="bash benchmarks/gpu_check.sh build", timeout_s=540, carry=["build/llama.cpp-src.tar.gz", "build/gpu-reference.json", "build/wheels"])
+# and at once, while the machine is warm (30 s), the same with `gpu_check.sh run`; `all` does both in one.
+# Tables land in $OUT (or build/gpu-check). benchmarks/rehearse_gpu_check.sh tries it here, without a GPU.
 # - It uses the machine's python3 (on the H200 image the one with numpy, pybind11, scikit-build-core,
 #   pytest); gguf and pytest-asyncio (and typing-extensions) come from the carried wheels. MTP_LLM_GPU_CHECK_PYTHON names another.
 # - A CUDA toolkit without cuBLAS (nvcc alone) is completed by the cuBLAS of a pip wheel

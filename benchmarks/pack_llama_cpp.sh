@@ -2,7 +2,7 @@
 # Pack the fetched, patched llama.cpp tree, pruned to what a CUDA build needs (no models, docs,
 # tools, tests, other backends), into build/llama.cpp-src.tar.gz (~4 MB, git-ignored), so that
 # benchmarks/gpu_check.sh builds on a machine without network. The device tool carries it:
-#   run(command="bash benchmarks/gpu_check.sh", carry=["build/llama.cpp-src.tar.gz", "build/gpu-reference.json", "build/wheels"])
+#   run(command="bash benchmarks/gpu_check.sh build", carry=["build/llama.cpp-src.tar.gz", "build/gpu-reference.json", "build/wheels"]), then "... run"
 # --tree-only packs just the tree; MTP_LLM_GPU_CHECK_BUILD (default build) is where it all goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
