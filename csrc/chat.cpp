@@ -69,18 +69,13 @@ std::string force_call(const std::string & grammar, bool thinking) {
     static const std::regex content_before_call(R"(\buntil-\d+\??(\s+(?:space\s+)?[\w-]*tool-call))");
     static const std::regex section_before_call(
         R"re((\s)"[^"\\]*"\?\s+until-\d+\??\s+"[^"\\]*"\?(\s+(?:space\s+)?[\w-]*tool-call))re");
-    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
-    if (start == std::string::npos) {
-        return grammar;
-    }
-    start += start == 0 ? 0 : 1;
-    const size_t end = std::min(grammar.find('\n', start), grammar.size());
-    std::string root = std::regex_replace(grammar.substr(start, end - start), content_before_call, "$1");
-    if (!thinking) {
-        root = std::regex_replace(root, messages_before_call, "root ::= $1");
-    }
-    root = std::regex_replace(root, section_before_call, "$1$2");
-    return grammar.substr(0, start) + root + grammar.substr(end);
+    return edit_root_rule(grammar, [&](const std::string & line) {
+        std::string root = std::regex_replace(line, content_before_call, "$1");
+        if (!thinking) {
+            root = std::regex_replace(root, messages_before_call, "root ::= $1");
+        }
+        return std::regex_replace(root, section_before_call, "$1$2");
+    });
 }
 
 }  // namespace

@@ -618,22 +618,20 @@ void gemma4(Rules & rules, const std::vector<Tool> & tools, Additions & add) {
 std::string close_calls_tightly(const std::string & grammar) {
     static const std::regex call_end(R"re(\(((?:tool-[\w-]+)(?: \| tool-[\w-]+)*)\) space ("))re");
     std::vector<std::string> after_arguments;  // tools whose rule ends with an argument's rule
-    for (size_t at = 0; at < grammar.size();) {
-        const size_t end = std::min(grammar.find('\n', at), grammar.size());
-        const std::string_view line(grammar.data() + at, end - at);
-        const size_t defined = line.find(" ::= ");
-        if (line.rfind("tool-", 0) == 0 && defined != std::string_view::npos) {
-            std::string_view body = line.substr(defined + 5);
-            while (!body.empty() && (body.back() == ')' || body.back() == '*' || body.back() == '?')) {
-                body.remove_suffix(1);
-            }
-            const size_t last = body.find_last_of(" (");
-            const std::string_view tail = last == std::string_view::npos ? body : body.substr(last + 1);
-            if (tail.rfind("tool-", 0) == 0 && tail.find("-arg-") != std::string_view::npos) {
-                after_arguments.emplace_back(line.substr(0, defined));
-            }
+    const Rules rules(grammar);
+    for (const auto & [name, rule] : rules.list()) {
+        if (name.rfind("tool-", 0) != 0) {
+            continue;
         }
-        at = end + 1;
+        std::string_view body = rule;
+        while (!body.empty() && (body.back() == ')' || body.back() == '*' || body.back() == '?')) {
+            body.remove_suffix(1);
+        }
+        const size_t last = body.find_last_of(" (");
+        const std::string_view tail = last == std::string_view::npos ? body : body.substr(last + 1);
+        if (tail.rfind("tool-", 0) == 0 && tail.find("-arg-") != std::string_view::npos) {
+            after_arguments.push_back(name);
+        }
     }
     if (after_arguments.empty()) {
         return grammar;
@@ -666,6 +664,16 @@ std::string mistral_call_ids(const std::string & grammar) {
 }
 
 }  // namespace
+
+std::string edit_root_rule(const std::string & grammar, const std::function<std::string(const std::string &)> & edit) {
+    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
+    if (start == std::string::npos) {
+        return grammar;
+    }
+    start += start == 0 ? 0 : 1;
+    const size_t end = std::min(grammar.find('\n', start), grammar.size());
+    return grammar.substr(0, start) + edit(grammar.substr(start, end - start)) + grammar.substr(end);
+}
 
 std::string narrow_tool_grammar(const std::string & grammar, const GrammarContext & ctx) {
     if (grammar.empty()) return grammar;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <regex>
 
+#include "chat_grammar.hpp"
 #include "errors.hpp"
 #include "ggml.h"
 #include "json-schema-to-grammar.h"
@@ -204,12 +205,6 @@ std::string reasoning_tag_in_its_tokens(const std::string & grammar, const ChatG
         chat.generation_prompt.find(chat.thinking_start) != std::string::npos) {
         return grammar;
     }
-    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
-    if (start == std::string::npos) {
-        return grammar;
-    }
-    start += start == 0 ? 0 : 1;
-    const size_t end = std::min(grammar.find('\n', start), grammar.size());
     std::string tokens;
     for (llama_token t : common_tokenize(vocab, chat.thinking_start, false, true)) {
         tokens += (tokens.empty() ? "(<[" : " <[") + std::to_string(t) + "]>";
@@ -219,11 +214,12 @@ std::string reasoning_tag_in_its_tokens(const std::string & grammar, const ChatG
     }
     tokens += ")";
     const std::string tag = gbnf_format_literal(chat.thinking_start);
-    std::string root = grammar.substr(start, end - start);
-    for (size_t at = root.find(tag); at != std::string::npos; at = root.find(tag, at + tokens.size())) {
-        root.replace(at, tag.size(), tokens);
-    }
-    return grammar.substr(0, start) + root + grammar.substr(end);
+    return edit_root_rule(grammar, [&](std::string root) {
+        for (size_t at = root.find(tag); at != std::string::npos; at = root.find(tag, at + tokens.size())) {
+            root.replace(at, tag.size(), tokens);
+        }
+        return root;
+    });
 }
 
 // As llama-server sets up a chat request's sampler (tools/server/server-schema.cpp).
@@ -274,14 +270,7 @@ std::string without_reasoning(const std::string & grammar, const ChatGrammar & c
     }
     const std::regex section(R"re( \()re" + regex_escape(gbnf_format_literal(chat.thinking_start)) +
                              R"re(\??(?:[^()\n]|\([^()\n]*\))*\buntil-\d+(?:[^()\n]|\([^()\n]*\))*\)\?)re");
-    size_t start = grammar.compare(0, 9, "root ::= ") == 0 ? 0 : grammar.find("\nroot ::= ");
-    if (start == std::string::npos) {
-        return grammar;
-    }
-    start += start == 0 ? 0 : 1;
-    const size_t end = std::min(grammar.find('\n', start), grammar.size());
-    return grammar.substr(0, start) + std::regex_replace(grammar.substr(start, end - start), section, "") +
-           grammar.substr(end);
+    return edit_root_rule(grammar, [&](const std::string & root) { return std::regex_replace(root, section, ""); });
 }
 
 llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {

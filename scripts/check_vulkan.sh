@@ -54,12 +54,11 @@ fi
 mesa="$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || true)"
 if [ "${MTP_LLM_LAVAPIPE:-}" != system ] && [ -n "$mesa" ] && dpkg --compare-versions "$mesa" lt 23; then
   LVP="$CACHE/lavapipe-bookworm-backports"
-  if [ ! -e "$LVP/lvp_icd.json" ]; then
-    unpack_debs bookworm-backports "$LVP" mesa-vulkan-drivers libdrm2 libdrm-amdgpu1
-    printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' \
-      "$(find "$LVP/usr/lib" -name libvulkan_lvp.so)" > "$LVP/lvp_icd.json"
-  fi
-  lib="$(dirname "$(find "$LVP/usr/lib" -name libvulkan_lvp.so)")"
+  [ -e "$LVP/lvp_icd.json" ] || unpack_debs bookworm-backports "$LVP" mesa-vulkan-drivers libdrm2 libdrm-amdgpu1
+  driver="$(find "$LVP/usr/lib" -name libvulkan_lvp.so)"
+  lib="$(dirname "$driver")"
+  printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' "$driver" \
+    > "$LVP/lvp_icd.json"
   export VK_ICD_FILENAMES="$LVP/lvp_icd.json"
   export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "check_vulkan: lavapipe $(zcat "$LVP/usr/share/doc/mesa-vulkan-drivers/changelog.Debian.gz" | head -1 | cut -d' ' -f2) from $LVP" >&2
