@@ -279,6 +279,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("offload_kqv", &mtp::ContextOptions::offload_kqv)
         .def_readwrite("rollback", &mtp::ContextOptions::rollback)
         .def_readwrite("fuse_catch_up", &mtp::ContextOptions::fuse_catch_up)
+        .def_readwrite("grammar_drafts", &mtp::ContextOptions::grammar_drafts)
         .def_readwrite("cache_prompt", &mtp::ContextOptions::cache_prompt)
         .def_readwrite("cache_size_mb", &mtp::ContextOptions::cache_size_mb)
         .def_readwrite("n_parallel", &mtp::ContextOptions::n_parallel);

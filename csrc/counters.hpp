@@ -19,6 +19,8 @@ constexpr int kMaxDraftPositions = 16;
     X(replays, Sum, "passes that re-verified tokens after a checkpoint restore")                    \
     X(drafts_generated, Sum, "draft tokens proposed (replays excluded)")                            \
     X(drafts_accepted, Sum, "draft tokens accepted (replays excluded)")                             \
+    X(drafts_forced, Sum, "draft tokens the grammar forced (no head pass; in drafts_generated)")     \
+    X(drafts_forced_accepted, Sum, "forced draft tokens accepted (in drafts_accepted)")             \
     X(tokens_emitted, Sum, "tokens committed to the output")                                        \
     X(tokens_undrafted, Sum, "tokens committed by passes that drafted nothing (plain decoding)")    \
     X(prompt_tokens, Sum, "prompt tokens")                                                          \

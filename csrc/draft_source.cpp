@@ -9,7 +9,11 @@ namespace mtp {
 std::unique_ptr<DraftSource> make_draft_source(llama_context * target, llama_context * head, Rollback rollback,
                                                const ContextOptions & opts) {
     if (opts.fuse_catch_up && MtpDrafter::applies(llama_get_model(head), rollback.target, rollback.head)) {
-        return make_fused_head(target, head, opts);
+        std::unique_ptr<DraftSource> fused = make_fused_head(target, head, opts);
+        if (opts.grammar_drafts) {
+            fused = with_grammar_drafts(std::move(fused), llama_model_get_vocab(llama_get_model(target)));
+        }
+        return fused;
     }
     return make_upstream_head(target, head, rollback, opts);
 }

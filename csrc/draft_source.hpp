@@ -55,8 +55,10 @@ public:
     virtual void prompt_done(Slot & s) = 0;
 
     // Up to `round.n_max` drafts for each slot that asks for some (n_max > 0), into
-    // `round.draft_tokens`; time goes to the slot's round counters. `target_batch`: the
-    // target's last decode (a head that lagged behind resumes from it).
+    // `round.draft_tokens`; time goes to the slot's round counters. `round.room` bounds any
+    // draft (context, max_tokens, the call's longest draft); a source whose drafts cost no
+    // head pass sets `round.n_forced`. `target_batch`: the target's last decode (a head
+    // that lagged behind resumes from it).
     virtual void draft(const std::vector<Slot *> & slots, const common_batch & target_batch) = 0;
     // The target verified `verify_batch` and each slot's `round.ids` are set: the head
     // takes in the accepted rows (none of a slot with `round.must_restore`).
@@ -81,15 +83,21 @@ struct Rollback {
 };
 
 // The source for a target/head context pair: the fused driver where it applies and
-// `opts.fuse_catch_up` allows it, llama.cpp's otherwise. Throws Error(MissingMtpHead)
-// when llama.cpp cannot set its driver up.
+// `opts.fuse_catch_up` allows it (with grammar-forced drafts when `opts.grammar_drafts`),
+// llama.cpp's otherwise. Throws Error(MissingMtpHead) when llama.cpp cannot set its
+// driver up.
 std::unique_ptr<DraftSource> make_draft_source(llama_context * target, llama_context * head, Rollback rollback,
                                                const ContextOptions & opts);
 
-// The implementations (fused_head.cpp, upstream_head.cpp).
+// The implementations (fused_head.cpp, upstream_head.cpp, grammar_drafts.cpp).
 std::unique_ptr<DraftSource> make_fused_head(llama_context * target, llama_context * head, const ContextOptions & opts);
 std::unique_ptr<DraftSource> make_upstream_head(llama_context * target, llama_context * head, Rollback rollback,
                                                 const ContextOptions & opts);
+
+// `head` with grammar-forced drafts in front: where a call's grammar forces the next
+// characters, they are the draft (tokenized, up to `round.room` tokens) and the head drafts
+// nothing for that call in that iteration.
+std::unique_ptr<DraftSource> with_grammar_drafts(std::unique_ptr<DraftSource> head, const llama_vocab * vocab);
 
 // A failed head decode (llama.cpp's code `rc`; 2 = aborted) as the session's Error.
 [[noreturn]] void head_failed(int32_t rc, const char * what);

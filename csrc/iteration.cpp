@@ -122,6 +122,8 @@ void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
     } else {
         c.drafts_generated = n_draft;
         c.drafts_accepted = n_accepted;
+        c.drafts_forced = (uint64_t) r.n_forced;
+        c.drafts_forced_accepted = std::min((uint64_t) r.n_forced, (uint64_t) n_accepted);
         for (size_t i = 0; i < n_draft && i < (size_t) kMaxDraftPositions; ++i) {
             c.drafted_at[i] = 1;
             c.accepted_at[i] = i < n_accepted ? 1 : 0;
@@ -138,11 +140,14 @@ void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
     }
     if (drafting(sl)) {
         // The controller sees each drafting pass with its replay (the cost of a partial
-        // acceptance on a checkpointed target) as one iteration.
+        // acceptance on a checkpointed target) as one iteration; it prices the head's
+        // drafts, so a pass of forced drafts is not one of its observations.
         auto & pending = sl.call.pending_observation;
         if (!r.is_replay) {
-            pending = Slot::Call::Observation{(int32_t) n_draft, (int32_t) n_accepted, us, (int64_t) c.t_draft_us,
-                                              r.resumed};
+            if (r.n_forced == 0) {
+                pending = Slot::Call::Observation{(int32_t) n_draft, (int32_t) n_accepted, us,
+                                                  (int64_t) c.t_draft_us, r.resumed};
+            }
         } else if (pending) {
             pending->us += us;
             pending->head_us += (int64_t) c.t_draft_us;
@@ -169,13 +174,16 @@ void Session::draft(std::vector<Slot *> & slots) {
     int32_t auto_room = -1;  // the longest draft any slot on "auto" has room for (-1: none is)
     for (Slot * s : slots) {
         Slot::Round & r = s->round;
+        r.room = 0;
         r.n_max = 0;
+        r.n_forced = 0;
         if (r.is_replay) {
             continue;  // draft_tokens holds the tokens to verify again
         }
         r.draft_tokens.clear();
         if (drafting(*s)) {
-            r.n_max = draft_room(*s);
+            r.room = draft_room(*s);
+            r.n_max = r.room;
             auto_room = s->call.auto_draft ? std::max(auto_room, r.n_max) : auto_room;
         }
     }

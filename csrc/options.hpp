@@ -31,6 +31,7 @@ struct ContextOptions {
     bool offload_kqv = true;
     std::string rollback = "auto";           // hybrid targets: "auto" (= "rs"), "rs", "checkpoint"
     bool fuse_catch_up = true;               // MtpDrafter where it applies, else common_speculative
+    bool grammar_drafts = true;              // with the fused driver: text a grammar forces is drafted as is
     bool cache_prompt = true;                // reuse the prompt prefix already in the contexts
     double cache_size_mb = 256.0;            // saved states of other conversations (0 = keep only the current one)
     int32_t n_parallel = 1;                  // generations at once, one sequence each; n_ctx is shared among them

@@ -92,7 +92,9 @@ struct Slot {
         bool is_replay = false;
         bool resumed = false;       // the head resumed after a plain stretch (the controller prices it)
         bool must_restore = false;  // partial acceptance on a target without in-place rollback
-        int32_t n_max = 0;          // the longest draft asked for
+        int32_t room = 0;           // the longest draft there is room for (context, max_tokens, n_draft)
+        int32_t n_max = 0;          // the longest draft asked of the head
+        int32_t n_forced = 0;       // drafts the grammar forced (no head pass)
         int32_t first_row = 0;      // its rows in the verify batch
         std::vector<llama_token> ids;  // the target's tokens: the accepted drafts plus one
         common_sampler_ptr sampler_before;

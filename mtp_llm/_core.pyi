@@ -96,6 +96,7 @@ class ContextOptions:
     offload_kqv: bool
     rollback: str
     fuse_catch_up: bool
+    grammar_drafts: bool
     cache_prompt: bool
     cache_size_mb: float
     n_parallel: int

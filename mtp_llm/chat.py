@@ -515,9 +515,18 @@ def _tool_call_grammar(functions: Sequence[Mapping[str, Any]], tool_choice: str)
     return json_schema_grammar(variants[0] if len(variants) == 1 else {"oneOf": variants})
 
 
-def json_schema_grammar(schema: Mapping[str, Any]) -> str:
-    """A GBNF grammar for JSON documents matching ``schema``, with compact whitespace."""
-    return _SPACE_RULE.sub('space ::= " "?', _core.json_schema_grammar(json.dumps(dict(schema))))
+def json_schema_grammar(schema: Mapping[str, Any], *, whitespace: Literal["none", "single"] = "none") -> str:
+    """A GBNF grammar for JSON documents matching ``schema``.
+
+    ``whitespace="none"`` (the default) writes compact JSON (``{"a":1,"b":[2,3]}``): with no
+    free whitespace, keys and punctuation are forced, so grammar-forced drafting
+    (``SessionOptions.grammar_drafts``) drafts them without a head pass. ``"single"`` allows
+    one optional space where JSON allows whitespace.
+    """
+    if whitespace not in ("none", "single"):
+        raise InvalidOptionError(f'whitespace must be "none" or "single" (got {whitespace!r})')
+    space = 'space ::= ""' if whitespace == "none" else 'space ::= " "?'
+    return _SPACE_RULE.sub(space, _core.json_schema_grammar(json.dumps(dict(schema))))
 
 
 # llama.cpp's schema grammars allow newlines and indentation, which small models fill until max_tokens runs out.

@@ -168,6 +168,8 @@ class _MTPParams(BaseModel):
     fuse_catch_up: bool = True
     """Decode the MTP head's catch-up with its first draft step (one head decode less
     per iteration) where it applies; False = llama.cpp's own draft-mtp driver."""
+    grammar_drafts: bool = True
+    """Draft the text a call's grammar forces (JSON keys, punctuation) without a head pass."""
     n_parallel: int = 1
     """Calls that run at once on the shared session (``batch``, ``abatch``, concurrent
     ``ainvoke``/``astream``): their drafts and verifies share each step's batches. ``n_ctx``

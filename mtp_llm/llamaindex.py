@@ -164,6 +164,9 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
         description="Decode the MTP head's catch-up with its first draft step (one head decode less per "
         "iteration) where it applies; False = llama.cpp's own draft-mtp driver.",
     )
+    grammar_drafts: bool = Field(
+        default=True, description="Draft the text a call's grammar forces (JSON keys, punctuation) without a head pass."
+    )
     n_parallel: int = Field(
         default=1,
         gt=0,

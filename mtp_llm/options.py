@@ -80,6 +80,12 @@ class SessionOptions:
     first draft step (mtp_llm's own driver: one head decode less per iteration)
     where it applies: single-head models whose caches roll back in place. False,
     or elsewhere: llama.cpp's common_speculative draft-mtp driver."""
+    grammar_drafts: bool = True
+    """Where a call's grammar (``grammar``, a JSON schema, a forced tool call) admits only one
+    continuation for the next characters (keys, punctuation, the rest of an enum value), draft
+    those characters as they are, without a head pass (jump-forward as drafts; up to the
+    call's longest draft per iteration). The target verifies them like any draft: output is
+    unchanged. With the fused driver (``fuse_catch_up``); counted in ``drafts_forced``."""
     n_parallel: int = 1
     """Generations that run at once on this session (slots): each call takes a free slot
     (the one whose cached prefix matches its prompt best) and every step drafts and
@@ -109,7 +115,7 @@ class SessionOptions:
             value = getattr(self, name)
             if value is not None and value not in CACHE_TYPES:
                 raise InvalidOptionError(f"{name} must be one of {sorted(CACHE_TYPES)} (got {value!r})")
-        for name in ("offload_kqv", "fuse_catch_up", "cache_prompt"):
+        for name in ("offload_kqv", "fuse_catch_up", "grammar_drafts", "cache_prompt"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidOptionError(f"{name} must be a bool (got {getattr(self, name)!r})")
         if self.rollback not in ROLLBACK_MODES:

@@ -103,7 +103,7 @@ class MTP:
 
     The other keyword arguments (``n_draft``, ``n_draft_max``, ``p_min``, ``n_ctx``, ``n_batch``, ``n_threads``,
     ``n_threads_batch``, ``flash_attn``, ``type_k``, ``type_v``, ``offload_kqv``,
-    ``rollback``, ``fuse_catch_up``, ``cache_prompt``, ``cache_size_mb``, ``n_parallel``) are the fields of :class:`SessionOptions`, documented there;
+    ``rollback``, ``fuse_catch_up``, ``grammar_drafts``, ``cache_prompt``, ``cache_size_mb``, ``n_parallel``) are the fields of :class:`SessionOptions`, documented there;
     :meth:`from_options` takes a ``SessionOptions`` directly.
 
     Args:
@@ -133,6 +133,7 @@ class MTP:
         offload_kqv: bool = True,
         rollback: str = "auto",
         fuse_catch_up: bool = True,
+        grammar_drafts: bool = True,
         cache_prompt: bool = True,
         cache_size_mb: float = 256.0,
         n_parallel: int = 1,
@@ -152,6 +153,7 @@ class MTP:
             offload_kqv=offload_kqv,
             rollback=rollback,
             fuse_catch_up=fuse_catch_up,
+            grammar_drafts=grammar_drafts,
             cache_prompt=cache_prompt,
             cache_size_mb=cache_size_mb,
             n_parallel=n_parallel,

@@ -85,11 +85,19 @@ class MTPStats:
     """Verify passes that re-checked already accepted tokens after a checkpoint
     restore (hybrid models without recurrent rollback); never counted as drafts."""
     drafts_generated: int
-    """Draft tokens proposed by the MTP head."""
+    """Draft tokens proposed: by the MTP head, and forced by a grammar (``drafts_forced``)."""
     drafts_accepted: int
     """Draft tokens the target accepted (replays excluded)."""
     acceptance_rate: float
     """drafts_accepted / drafts_generated (0.0 when nothing was drafted)."""
+    drafts_forced: int
+    """Draft tokens taken from text the call's grammar forced, without a head pass
+    (``SessionOptions.grammar_drafts``); included in ``drafts_generated``."""
+    drafts_forced_accepted: int
+    """Forced draft tokens the target accepted (included in ``drafts_accepted``)."""
+    head_acceptance_rate: float
+    """The MTP head's own drafts: (drafts_accepted - drafts_forced_accepted) /
+    (drafts_generated - drafts_forced) (0.0 when the head drafted nothing)."""
     tokens_emitted: int
     """Tokens returned to the caller (end-of-generation token included)."""
     tokens_undrafted: int
@@ -134,6 +142,8 @@ class MTPStats:
         """Derive the stats from the engine's raw counters."""
         generated = int(c["drafts_generated"])
         accepted = int(c["drafts_accepted"])
+        forced = int(c["drafts_forced"])
+        forced_accepted = int(c["drafts_forced_accepted"])
         total_us = int(c["t_total_us"])
         named = int(c["t_draft_us"]) + int(c["t_verify_us"]) + int(c["t_sample_us"]) + int(c["t_ckpt_us"])
         drafting_passes = int(c["iters"]) - int(c["replays"])
@@ -155,6 +165,9 @@ class MTPStats:
             drafts_generated=generated,
             drafts_accepted=accepted,
             acceptance_rate=accepted / generated if generated else 0.0,
+            drafts_forced=forced,
+            drafts_forced_accepted=forced_accepted,
+            head_acceptance_rate=(accepted - forced_accepted) / (generated - forced) if generated > forced else 0.0,
             tokens_emitted=emitted,
             tokens_undrafted=undrafted,
             undrafted_share=undrafted / emitted if emitted else 0.0,
@@ -200,6 +213,7 @@ class MTPStats:
         return (
             f"tokens={self.tokens_emitted} tok/s={self.tokens_per_sec:.1f} "
             f"acceptance={self.acceptance_rate:.3f} ({self.drafts_accepted}/{self.drafts_generated}) "
+            f"forced={self.drafts_forced_accepted}/{self.drafts_forced} "
             f"per-position=[{positions}] mean_accepted_length={self.mean_accepted_length:.2f} "
             f"n_draft={self.n_draft} lengths={list(self.draft_length_counts)} "
             f"undrafted={self.undrafted_share:.2f} iters={self.iters} replays={self.replays} "
