@@ -55,14 +55,10 @@ class DraftControllerEstimates:
     """Tokens between probes of drafting while plain decoding is faster."""
 
     @classmethod
-    def from_native(cls, d: Mapping[str, Any]) -> DraftControllerEstimates:
-        return cls(
-            acceptance=tuple(float(x) for x in d["acceptance"]),
-            iteration_us=tuple(float(x) for x in d["iteration_us"]),
-            expected_tokens_per_s=tuple(float(x) for x in d["expected_tokens_per_s"]),
-            choice=int(d["choice"]),
-            probe_interval=int(d["probe_interval"]),
-        )
+    def from_native(cls, native: Any) -> DraftControllerEstimates:
+        """Read the engine's ``ControllerEstimates`` field by field (the fields share their names)."""
+        values = {f.name: getattr(native, f.name) for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(float(x) for x in v) if isinstance(v, list) else int(v) for k, v in values.items()})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,0 +1,52 @@
+"""Package surface: public names, stubs matching the extension, CLI, default model."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import mtp_llm
+from mtp_llm import _core
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_public_names() -> None:
+    assert {"Model", "MTP", "MTPError", "MTPStats", "STATS_KEY"} <= set(mtp_llm.__all__)
+    for name in mtp_llm.__all__:
+        assert hasattr(mtp_llm, name), name
+    assert issubclass(mtp_llm.ModelLoadError, mtp_llm.MTPError)
+
+
+def test_stub_matches_extension() -> None:
+    tree = ast.parse((ROOT / "mtp_llm" / "_core.pyi").read_text())
+    stub: dict[str, set[str]] = {"": set()}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            stub[""].add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            stub[""].add(node.name)
+            stub[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
+            stub[node.name] |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)
+                                and isinstance(n.target, ast.Name)}
+    public = {n for n in dir(_core) if not n.startswith("_")}
+    assert stub[""] == public
+    for cls in ("Model", "Session", "ContextOptions", "SamplingOptions", "GenerateOptions"):
+        native = {n for n in dir(getattr(_core, cls)) if not n.startswith("_")}
+        assert stub[cls] == native, cls
+
+
+def test_py_typed_is_shipped() -> None:
+    assert (ROOT / "mtp_llm" / "py.typed").exists()
+
+
+
+
+
+
+
+
+
+
+
+
