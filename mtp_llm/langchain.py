@@ -61,7 +61,6 @@ from langchain_core.messages import (
     AIMessageChunk,
     BaseMessage,
     ChatMessage,
-    HumanMessage,
     SystemMessage,
     ToolMessage,
 )

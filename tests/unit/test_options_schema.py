@@ -1,22 +1,40 @@
-"""The integrations' fields are tied to the one definition of each option set: every
-GenerationOptions field reaches the engine from LangChain's MTPLLM and ChatMTP and from
-LlamaIndex's MTPLLM, and every SessionOptions field is a field of each of them with the
-same default, so a new option cannot be forgotten in one integration."""
+"""Each option is declared once (SessionOptions, GenerationOptions, EngineSpec, ChatSettings,
+EmbeddingSpec: name, type, default, doc, bounds) and everything else is derived from that
+declaration: MTP's keyword arguments, LangChain's and LlamaIndex's fields, the CLI's flags.
+These tests compare each derived place with the declaration, so a new option cannot be
+forgotten or restated differently anywhere; and every GenerationOptions field reaches the
+engine from each integration."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import inspect
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from mtp_llm import GenerationOptions, SessionOptions
-from mtp_llm._integration import CALL_ONLY_OPTIONS, OPTION_ATTRIBUTES, EngineSpec, call_options
+from mtp_llm import MTP, GenerationOptions, InvalidOptionError, SessionOptions, _core
+from mtp_llm._integration import (
+    CALL_ONLY_OPTIONS,
+    OPTION_ATTRIBUTES,
+    ChatSettings,
+    EmbeddingSpec,
+    EngineSpec,
+    call_options,
+)
+from mtp_llm.cli import GENERATE_DEFAULTS, GENERATE_FLAGS, build_parser
 from mtp_llm.langchain import MTPLLM as LangChainLLM
-from mtp_llm.langchain import ChatMTP
+from mtp_llm.langchain import ChatMTP, MTPEmbeddings
 from mtp_llm.llamaindex import MTPLLM as LlamaIndexLLM
+from mtp_llm.llamaindex import MTPEmbedding
+from mtp_llm.options import MAX_DRAFT, ROLLBACK_MODES, OptionSpec, option_specs
 
 INTEGRATIONS = [LangChainLLM, ChatMTP, LlamaIndexLLM]
+CHAT_MODELS = [ChatMTP, LlamaIndexLLM]
+EMBEDDINGS = [MTPEmbeddings, MTPEmbedding]
+SCHEMAS = [SessionOptions, GenerationOptions, EngineSpec, ChatSettings, EmbeddingSpec]
 
 _SET: dict[str, Any] = {
     "max_tokens": 7,
@@ -93,3 +111,129 @@ def test_engine_spec_is_read_by_field_name() -> None:
     assert specs == [expected] * len(INTEGRATIONS)  # equal settings: one shared session
 
 
+
+
+# ------------------------------------------------------- derived from the schema --
+
+
+def _bounds(info: Any) -> dict[str, Any]:
+    """The ge/gt/le constraints of a pydantic field."""
+    found: dict[str, Any] = {}
+    for item in info.metadata:
+        for name in ("ge", "gt", "le"):
+            if getattr(item, name, None) is not None:
+                found[name] = getattr(item, name)
+    return found
+
+
+def _spec_bounds(spec: OptionSpec) -> dict[str, Any]:
+    return {name: getattr(spec, name) for name in ("ge", "gt", "le") if getattr(spec, name) is not None}
+
+
+def _assert_field(cls: type[BaseModel], name: str, spec: OptionSpec, *, default: Any, doc_prefix: bool = False) -> None:
+    where = f"{cls.__module__}.{cls.__name__}.{name}"
+    assert name in cls.model_fields, where
+    info = cls.model_fields[name]
+    assert info.get_default(call_default_factory=True) == default, where
+    assert info.description is not None, where
+    assert info.description.startswith(spec.doc) if doc_prefix else info.description == spec.doc, where
+    assert _bounds(info) == _spec_bounds(spec), where
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=lambda c: c.__name__)
+def test_every_option_is_documented(schema: type) -> None:
+    for spec in option_specs(schema):
+        assert spec.doc.strip(), f"{schema.__name__}.{spec.name} has no docstring"
+
+
+def test_mtp_keyword_arguments_are_the_session_options() -> None:
+    parameters = dict(inspect.signature(MTP).parameters)
+    assert list(parameters)[:3] == ["model", "draft_model", "defaults"]
+    options = {name: p for name, p in parameters.items() if name not in ("model", "draft_model", "defaults")}
+    specs = option_specs(SessionOptions)
+    assert list(options) == [spec.name for spec in specs]
+    for spec in specs:
+        assert options[spec.name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert options[spec.name].default == spec.default, spec.name
+    with pytest.raises(InvalidOptionError, match=r"unknown session option\(s\) \['n_ctxx'\]; valid options: \['n_draft'"):
+        SessionOptions.from_kwargs(n_ctxx=1)
+
+
+@pytest.mark.parametrize("cls", INTEGRATIONS, ids=lambda c: f"{c.__module__}.{c.__name__}")
+def test_integration_fields_are_derived_from_the_schema(cls: type[BaseModel]) -> None:
+    for spec in option_specs(SessionOptions):
+        _assert_field(cls, spec.name, spec, default=spec.default)
+    for spec in option_specs(EngineSpec):
+        if spec.name != "session_options":
+            _assert_field(cls, spec.name, spec, default=spec.default)
+    generation = {spec.name: spec for spec in option_specs(GenerationOptions)}
+    for option, attribute in OPTION_ATTRIBUTES.items():
+        # One default per option in both integrations: None, meaning GenerationOptions' default.
+        _assert_field(cls, attribute, generation[option], default=None, doc_prefix=True)
+    assert OPTION_ATTRIBUTES["temp"] == "temperature" and OPTION_ATTRIBUTES["max_tokens"] == "max_tokens"
+
+
+@pytest.mark.parametrize("cls", CHAT_MODELS, ids=lambda c: f"{c.__module__}.{c.__name__}")
+def test_chat_fields_are_derived_from_chat_settings(cls: type[BaseModel]) -> None:
+    for spec in option_specs(ChatSettings):
+        _assert_field(cls, spec.name, spec, default=spec.default)
+
+
+@pytest.mark.parametrize("cls", EMBEDDINGS, ids=lambda c: f"{c.__module__}.{c.__name__}")
+def test_embedding_fields_are_derived_from_embedding_spec(cls: type[BaseModel]) -> None:
+    for spec in option_specs(EmbeddingSpec):
+        _assert_field(cls, spec.name, spec, default=spec.default)
+
+
+def test_both_integrations_have_the_same_option_fields() -> None:
+    """No option field is declared in one integration only (beyond LangChain's ``session`` and
+    ``streaming`` and the frameworks' own fields)."""
+    ours = set(OPTION_ATTRIBUTES.values()) | {f.name for f in dataclasses.fields(SessionOptions)}
+    ours |= {f.name for f in dataclasses.fields(EngineSpec)} - {"session_options"}
+    ours |= {f.name for f in dataclasses.fields(ChatSettings)} | {"model", "model_name"}
+    langchain = set(ChatMTP.model_fields) - {"session", "streaming"}
+    llamaindex = set(LlamaIndexLLM.model_fields)
+    assert ours <= langchain and ours <= llamaindex
+    from langchain_core.language_models import BaseChatModel
+    from llama_index.core.llms.function_calling import FunctionCallingLLM
+
+    assert langchain - set(BaseChatModel.model_fields) == ours
+    assert llamaindex - set(FunctionCallingLLM.model_fields) == ours
+
+
+def test_validation_bounds_hold_in_both_integrations() -> None:
+    for cls in INTEGRATIONS:
+        for bad in ({"n_draft_max": MAX_DRAFT + 1}, {"max_tokens": 0}, {"top_p": 1.5}, {"rollback": "sometimes"}):
+            with pytest.raises(ValueError):
+                cls(**bad)
+        cls(n_draft_max=MAX_DRAFT, max_tokens=1, top_p=1.0, rollback=ROLLBACK_MODES[-1])
+
+
+def test_constants_come_from_the_engine() -> None:
+    assert MAX_DRAFT == _core.MAX_DRAFT_POSITIONS == 16
+    assert ROLLBACK_MODES == _core.ROLLBACK_MODES == ("auto", "rs", "checkpoint")
+    assert GenerationOptions.SAMPLING == {n for n in dir(_core.SamplingOptions) if not n.startswith("_")}
+    native = {n for n in dir(_core.ModelOptions) if not n.startswith("_")}
+    assert native == {"load_mtp", "n_gpu_layers", "use_mmap", "use_mlock", "rpc_servers", "tensor_split",
+                      "mtp_local", "rpc_timeout", "mtp_device"}
+
+
+def _actions(parser: argparse.ArgumentParser, command: str) -> dict[str, argparse.Action]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: a for a in sub.choices[command]._actions}
+
+
+def test_cli_flags_are_derived_from_the_schema() -> None:
+    actions = _actions(build_parser(), "generate")
+    for spec in option_specs(SessionOptions):
+        action = actions[spec.name]
+        assert spec.flag in action.option_strings and action.default == spec.default, spec.name
+        if spec.choices is not None:
+            assert tuple(action.choices or ()) == spec.choices
+    assert "--threads" in actions["n_threads"].option_strings  # the older spelling
+    generation = {spec.name: spec for spec in option_specs(GenerationOptions)}
+    for name in GENERATE_FLAGS:
+        action = actions[name]
+        expected = None if name == "stop" else GENERATE_DEFAULTS.get(name, generation[name].default)
+        assert generation[name].flag in action.option_strings and action.default == expected, name
+    assert set(GENERATE_DEFAULTS) == {"max_tokens", "temp"}  # the CLI's deliberate differences: short and greedy
