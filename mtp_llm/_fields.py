@@ -20,9 +20,12 @@ created session (locked), the display name, the options of one call.
 
 from __future__ import annotations
 
+import re
 import threading
+import types
+import typing
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
 
@@ -32,25 +35,34 @@ from .options import GenerationOptions, OptionSpec, SessionOptions, option_specs
 from .session import MTP
 
 __all__ = [
+    "DERIVED",
     "ChatBase",
-    "ChatFields",
     "EmbeddingBase",
-    "EmbeddingFields",
     "IntegrationBase",
-    "LLMFields",
     "chat_fields",
+    "derived_model",
     "embedding_fields",
     "integration_fields",
+    "stub_source",
 ]
 
 _session_lock = threading.Lock()
 
 
-def _pydantic_field(spec: OptionSpec, *, name: str | None = None, optional: bool = False) -> tuple[Any, Any]:
+def _as_list(annotation: Any) -> Any:
+    """``tuple[X, ...]`` (how the dataclasses hold sequences) as ``list[X]`` (what the frameworks' fields take)."""
+    if typing.get_origin(annotation) is tuple:
+        return list[typing.get_args(annotation)[0]]  # type: ignore[misc]
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return Union[tuple(_as_list(a) for a in typing.get_args(annotation))]
+    return annotation
+
+
+def _pydantic_field(spec: OptionSpec, *, optional: bool = False) -> tuple[Any, Any]:
     """``(type, Field(...))`` of one option: its choices as a ``Literal``, its bounds as constraints."""
-    annotation: Any = spec.type
+    annotation: Any = _as_list(spec.type)
     if spec.choices is not None:
-        annotation = Literal.__getitem__(spec.choices)  # type: ignore[attr-defined]
+        annotation = Literal.__getitem__(spec.choices)
         if spec.optional:
             annotation = Optional[annotation]
     default = spec.default
@@ -92,10 +104,6 @@ class ChatBase(BaseModel):
 
     model_config = ConfigDict(protected_namespaces=())
 
-    if TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> Any: ...
-
 
 class IntegrationBase(BaseModel):
     """What LangChain's and LlamaIndex's LLM classes share: the loaded-model fields and the
@@ -110,10 +118,6 @@ class IntegrationBase(BaseModel):
     """Name reported in metadata and traces (default: the model file's stem)."""
 
     _own_session: MTP | None = PrivateAttr(default=None)
-
-    if TYPE_CHECKING:  # the derived fields (integration_fields) are not visible to type checkers
-
-        def __getattr__(self, name: str) -> Any: ...
 
     def _given_session(self) -> MTP | None:
         """A session handed in by the user (LangChain's ``session`` field), else None."""
@@ -141,7 +145,7 @@ class IntegrationBase(BaseModel):
             return given.model.path.stem
         if self.model is not None:
             return self.model.path.stem
-        return display_name(self.model_path, self.repo_id, self.filename)
+        return display_name(getattr(self, "model_path"), getattr(self, "repo_id"), getattr(self, "filename"))
 
     def _call_options(self, kwargs: Mapping[str, Any], stop: str | Sequence[str] | None = None) -> GenerationOptions:
         """This instance's generation defaults, overridden by a call's options (a call's ``stop`` wins)."""
@@ -153,28 +157,62 @@ class EmbeddingBase(BaseModel):
 
     model_config = ConfigDict(protected_namespaces=())
 
-    if TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> Any: ...
-
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         return EmbeddingSpec.of(self).embed(texts)
 
 
-def _derived(name: str, base: type[BaseModel], fields: dict[str, tuple[Any, Any]]) -> Any:
-    return create_model(name, __base__=base, **fields)
+def derived_model(name: str, base: type[BaseModel], fields: dict[str, tuple[Any, Any]]) -> type[BaseModel]:
+    """A pydantic model ``name`` with ``fields`` on top of ``base``."""
+    model: type[BaseModel] = create_model(name, __base__=base, **fields)  # type: ignore[call-overload]
+    return model
 
 
-# The bases the integrations' classes derive from. Type checkers see the hand-written bases only
-# (their ``__getattr__`` types the derived fields as Any).
-if TYPE_CHECKING:
-    LLMFields = IntegrationBase
-    ChatFields = ChatBase
-    EmbeddingFields = EmbeddingBase
-else:
-    LLMFields = _derived("LLMFields", IntegrationBase, integration_fields())
-    """Every option field of an LLM integration (:func:`integration_fields`) on :class:`IntegrationBase`."""
-    ChatFields = _derived("ChatFields", ChatBase, chat_fields())
-    """The chat fields (:func:`chat_fields`)."""
-    EmbeddingFields = _derived("EmbeddingFields", EmbeddingBase, embedding_fields())
-    """The embedding fields (:func:`embedding_fields`) on :class:`EmbeddingBase`."""
+# ----------------------------------------------------------- the stub --
+
+DERIVED = {
+    "LLMFields": ("IntegrationBase", integration_fields),
+    "ChatFields": ("ChatBase", chat_fields),
+    "EmbeddingFields": ("EmbeddingBase", embedding_fields),
+}
+"""The derived models of :mod:`mtp_llm._derived`: name -> (base, fields)."""
+
+
+def _stub_annotation(spec: OptionSpec, *, optional: bool = False) -> str:
+    annotation = re.sub(r"tuple\[(\w+), \.\.\.\]", r"list[\1]", spec.annotation)
+    if spec.choices is not None:
+        annotation = f"Literal[{', '.join(repr(c) for c in spec.choices)}]" + (" | None" if spec.optional else "")
+    if optional and not spec.optional:
+        annotation += " | None"
+    return annotation
+
+
+def stub_source() -> str:
+    """The text of ``mtp_llm/_derived.pyi``: the derived models as classes with their fields, so that
+    type checkers see every field (pydantic's models are checked as dataclasses). Written by
+    ``python -m mtp_llm._fields``; a unit test checks it matches the declarations."""
+    generation = {spec.name: spec for spec in option_specs(GenerationOptions)}
+    lines = [
+        '"""Generated by ``python -m mtp_llm._fields`` from the option declarations: do not edit."""',
+        "",
+        "from typing import Literal",
+        "",
+        "from ._fields import ChatBase, EmbeddingBase, IntegrationBase",
+        "from .options import ChatGrammar, DraftLength",
+        "",
+        '__all__ = ["ChatFields", "EmbeddingFields", "LLMFields"]',
+    ]
+    sources: dict[str, list[tuple[str, str]]] = {
+        "LLMFields": [(s.name, _stub_annotation(s)) for s in option_specs(EngineSpec) if s.name != "session_options"]
+        + [(s.name, _stub_annotation(s)) for s in option_specs(SessionOptions)]
+        + [(attribute, _stub_annotation(generation[option], optional=True)) for option, attribute in instance_options().items()],
+        "ChatFields": [(s.name, _stub_annotation(s)) for s in option_specs(ChatSettings)],
+        "EmbeddingFields": [(s.name, _stub_annotation(s)) for s in option_specs(EmbeddingSpec)],
+    }
+    for name, (base, _) in DERIVED.items():
+        lines += ["", "", f"class {name}({base}):"]
+        lines += [f"    {field}: {annotation} = ..." for field, annotation in sources[name]]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(stub_source(), end="")

@@ -78,7 +78,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
-from ._fields import ChatFields, EmbeddingFields, LLMFields
+from ._derived import ChatFields, EmbeddingFields, LLMFields
 from ._integration import chat_turn, openai_message, stats_payload
 from ._langchain_runs import Targeter, areport, report, run_target, stream_target, streaming_config
 from .chat import ChatDelta, ChatTurn, ToolCall, normalize_tool_choice

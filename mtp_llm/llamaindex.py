@@ -55,7 +55,7 @@ from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools.types import BaseTool
 from llama_index_instrumentation.base import BaseEvent
 
-from ._fields import ChatFields, EmbeddingFields, LLMFields
+from ._derived import ChatFields, EmbeddingFields, LLMFields
 from ._integration import EmbeddingSpec, chat_turn, display_name, openai_message, stats_payload
 from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall
 from .events import DoneEvent, Event, StatsEvent, TokenEvent

@@ -44,7 +44,7 @@ def option(
 ) -> Any:
     """A dataclass field with its bounds (read by :func:`option_specs`: the integrations' fields,
     the CLI's flags and :meth:`SessionOptions.__post_init__` check them)."""
-    metadata = {"ge": ge, "gt": gt, "le": le, "choices": tuple(choices) if choices is not None else None}
+    metadata: dict[str, Any] = {"ge": ge, "gt": gt, "le": le, "choices": tuple(choices) if choices is not None else None}
     if attribute is not None:
         metadata["attribute"] = attribute
     return dataclasses.field(default=default, metadata=metadata)
@@ -198,8 +198,11 @@ class GenerationOptions:
 
     PYTHON_ONLY: ClassVar[frozenset[str]] = frozenset({"emit_stats_every"})
     """Fields the Python layer handles itself (not passed to the engine)."""
-    SAMPLING: ClassVar[frozenset[str]] = frozenset(n for n in dir(_core.SamplingOptions) if not n.startswith("_"))
-    """Fields of the engine's ``GenerateOptions.sampling`` part (read from the engine)."""
+    SAMPLING: ClassVar[frozenset[str]] = frozenset(
+        n for n in dir(_core.SamplingOptions) if not n.startswith("_") and n != "chat"
+    )
+    """Fields of the engine's ``GenerateOptions.sampling`` part (read from the engine; its ``chat``
+    is set from a :class:`ChatGrammar` ``grammar``)."""
 
     max_tokens: int = option(256, ge=1)
     """Maximum number of tokens to generate."""
@@ -282,7 +285,8 @@ class GenerationOptions:
 
 def _check_bounds(instance: object, name: str) -> None:
     """InvalidOptionError unless field ``name`` of ``instance`` is within its declared bounds."""
-    spec = _specs_by_name(type(instance))[name]
+    cls: Any = type(instance)
+    spec = _specs_by_name(cls)[name]
     value = getattr(instance, name)
     if value is None:
         return
@@ -391,6 +395,8 @@ class OptionSpec:
     name: str
     type: Any
     """The field's annotation, resolved (e.g. ``int | None``)."""
+    annotation: str
+    """The annotation as written (``"int | None"``, ``"DraftLength"``)."""
     default: Any
     doc: str
     """The attribute docstring below the field, dedented."""
@@ -425,7 +431,7 @@ def option_docs(cls: type) -> dict[str, str]:
 
 
 @functools.cache
-def _option_docs(cls: type) -> tuple[tuple[str, str], ...]:
+def _option_docs(cls: Any) -> tuple[tuple[str, str], ...]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     docs: list[tuple[str, str]] = []
@@ -442,7 +448,7 @@ def _option_docs(cls: type) -> tuple[tuple[str, str], ...]:
 
 
 @functools.cache
-def option_specs(cls: type) -> tuple[OptionSpec, ...]:
+def option_specs(cls: Any) -> tuple[OptionSpec, ...]:
     """The options of a dataclass of options (:class:`SessionOptions`, :class:`GenerationOptions`, the
     integrations' :class:`~mtp_llm._integration.EngineSpec`), in declaration order."""
     hints = typing.get_type_hints(cls, globalns=vars(inspect.getmodule(cls)), localns=globals())
@@ -454,6 +460,7 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
             OptionSpec(
                 name=field.name,
                 type=hints[field.name],
+                annotation=field.type if isinstance(field.type, str) else getattr(field.type, "__name__", repr(field.type)),
                 default=field.default,
                 doc=docs.get(field.name, ""),
                 ge=meta.get("ge"),
@@ -467,5 +474,5 @@ def option_specs(cls: type) -> tuple[OptionSpec, ...]:
 
 
 @functools.cache
-def _specs_by_name(cls: type) -> dict[str, OptionSpec]:
+def _specs_by_name(cls: Any) -> dict[str, OptionSpec]:
     return {spec.name: spec for spec in option_specs(cls)}

@@ -57,8 +57,11 @@ class DraftControllerEstimates:
     @classmethod
     def from_native(cls, native: Any) -> DraftControllerEstimates:
         """Read the engine's ``ControllerEstimates`` field by field (the fields share their names)."""
-        values = {f.name: getattr(native, f.name) for f in dataclasses.fields(cls)}
-        return cls(**{k: tuple(float(x) for x in v) if isinstance(v, list) else int(v) for k, v in values.items()})
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            value = getattr(native, field.name)
+            values[field.name] = tuple(float(x) for x in value) if isinstance(value, list) else int(value)
+        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

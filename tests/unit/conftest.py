@@ -7,15 +7,14 @@ from typing import Any
 
 import pytest
 
-from mtp_llm import _core
+from mtp_llm.model import Model
 
 
-class _NoModels:
-    def __init__(self, path: str, *args: Any) -> None:
-        raise AssertionError(f"a unit test loaded a GGUF file ({path}): move it to tests/engine or tests/integrations")
+def _no_load(cls: type, path: Any, *args: Any, **kwargs: Any) -> Model:
+    raise AssertionError(f"a unit test loaded a GGUF file ({path}): move it to tests/engine or tests/integrations")
 
 
 @pytest.fixture(autouse=True)
 def _no_model_loads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(_core, "Model", _NoModels)
+    monkeypatch.setattr(Model, "load", classmethod(_no_load))
     yield

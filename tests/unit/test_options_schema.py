@@ -212,7 +212,7 @@ def test_validation_bounds_hold_in_both_integrations() -> None:
 def test_constants_come_from_the_engine() -> None:
     assert MAX_DRAFT == _core.MAX_DRAFT_POSITIONS == 16
     assert ROLLBACK_MODES == _core.ROLLBACK_MODES == ("auto", "rs", "checkpoint")
-    assert GenerationOptions.SAMPLING == {n for n in dir(_core.SamplingOptions) if not n.startswith("_")}
+    assert GenerationOptions.SAMPLING == {n for n in dir(_core.SamplingOptions) if not n.startswith("_")} - {"chat"}
     native = {n for n in dir(_core.ModelOptions) if not n.startswith("_")}
     assert native == {"load_mtp", "n_gpu_layers", "use_mmap", "use_mlock", "rpc_servers", "tensor_split",
                       "mtp_local", "rpc_timeout", "mtp_device"}
@@ -237,3 +237,14 @@ def test_cli_flags_are_derived_from_the_schema() -> None:
         expected = None if name == "stop" else GENERATE_DEFAULTS.get(name, generation[name].default)
         assert generation[name].flag in action.option_strings and action.default == expected, name
     assert set(GENERATE_DEFAULTS) == {"max_tokens", "temp"}  # the CLI's deliberate differences: short and greedy
+
+
+def test_the_type_stub_of_the_derived_fields_is_current() -> None:
+    """``mtp_llm/_derived.pyi`` is what type checkers see of the derived fields: regenerate it with
+    ``python -m mtp_llm._fields > mtp_llm/_derived.pyi`` after changing an option."""
+    from pathlib import Path
+
+    from mtp_llm._fields import stub_source
+
+    stub = Path(__file__).resolve().parents[2] / "mtp_llm" / "_derived.pyi"
+    assert stub.read_text() == stub_source()

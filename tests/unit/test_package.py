@@ -24,6 +24,8 @@ def test_stub_matches_extension() -> None:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
             stub[""].add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            stub[""].add(node.target.id)  # constants
         elif isinstance(node, ast.ClassDef):
             stub[""].add(node.name)
             stub[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
@@ -31,7 +33,8 @@ def test_stub_matches_extension() -> None:
                                 and isinstance(n.target, ast.Name)}
     public = {n for n in dir(_core) if not n.startswith("_")}
     assert stub[""] == public
-    for cls in ("Model", "Session", "ContextOptions", "SamplingOptions", "GenerateOptions"):
+    for cls in ("Model", "ModelOptions", "ControllerEstimates", "Session", "ContextOptions", "SamplingOptions",
+                "GenerateOptions"):
         native = {n for n in dir(getattr(_core, cls)) if not n.startswith("_")}
         assert stub[cls] == native, cls
 
