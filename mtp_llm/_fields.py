@@ -157,8 +157,16 @@ class EmbeddingBase(BaseModel):
 
     model_config = ConfigDict(protected_namespaces=())
 
+    _model: Model | None = PrivateAttr(default=None)
+
+    def _loaded_model(self) -> Model:
+        """The model, loaded on first use (shared with every instance on the same file)."""
+        if self._model is None:
+            self._model = EmbeddingSpec.of(self).model()
+        return self._model
+
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return EmbeddingSpec.of(self).embed(texts)
+        return self._loaded_model().embed(list(texts), n_threads=getattr(self, "n_threads"))
 
 
 def derived_model(name: str, base: type[BaseModel], fields: dict[str, tuple[Any, Any]]) -> type[BaseModel]:

@@ -295,9 +295,6 @@ class EmbeddingSpec:
         """The model, loaded once per process (shared with the LLM integrations on the same file)."""
         return get_model(resolve_model_path(self.model_path), n_gpu_layers=self.n_gpu_layers)
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One mean-pooled, L2-normalised vector per text."""
-        return self.model().embed(list(texts), n_threads=self.n_threads)
 
 
 # ------------------------------------------------------------------- chat --

@@ -56,7 +56,7 @@ from llama_index.core.tools.types import BaseTool
 from llama_index_instrumentation.base import BaseEvent
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import EmbeddingSpec, chat_turn, display_name, openai_message, stats_payload
+from ._integration import chat_turn, display_name, openai_message, stats_payload
 from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
@@ -411,7 +411,7 @@ class MTPEmbedding(BaseEmbedding, EmbeddingFields):
     @property
     def model(self) -> Model:
         """The shared loaded model (loaded on first use)."""
-        return EmbeddingSpec.of(self).model()
+        return self._loaded_model()
 
     def _get_query_embedding(self, query: str) -> Embedding:
         return self._embed([query])[0]

@@ -560,6 +560,7 @@ def test_langsmith_trace_carries_stats(
 _ENV_TRACING_SCRIPT = """
 import http.server, json, os, sys, threading
 sys.path.insert(0, sys.argv[1])
+from tests.helpers.langsmith import Recorded, posted_runs
 handler = type("Handler", (Recorded,), {"requests": []})
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -114,7 +114,7 @@ def test_class_hierarchy_and_cheap_shared_construction(tiny_paths: dict[str, Pat
     a = make_llm(tiny_paths["accept100"])
     b = make_llm(tiny_paths["accept100"], max_tokens=7)
     assert isinstance(a, CustomLLM) and isinstance(a, FunctionCallingLLM)
-    assert a._session is None, "construction must not load the model"
+    assert a._own_session is None, "construction must not load the model"
     assert a.session is b.session, "same engine settings share one native session"
     assert make_llm(tiny_paths["accept100"], n_ctx=512).session is not a.session
 
