@@ -8,7 +8,7 @@ import inspect
 import itertools
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from . import _core
 from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
@@ -16,6 +16,11 @@ from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import Model
 from .options import DraftLength, GenerationOptions, SessionOptions, option_specs
 from .stats import DraftControllerEstimates, MTPStats
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._kwargs import SessionKwargs
 
 Prompt = str | bytes | Sequence[int]
 
@@ -123,7 +128,7 @@ class MTP:
         *,
         draft_model: Model | Literal["auto"] | None = "auto",
         defaults: GenerationOptions | None = None,
-        **options: Any,
+        **options: Unpack[SessionKwargs],
     ) -> None:
         self._open(model, draft_model, SessionOptions.from_kwargs(**options), defaults)
 

@@ -239,12 +239,17 @@ def test_cli_flags_are_derived_from_the_schema() -> None:
     assert set(GENERATE_DEFAULTS) == {"max_tokens", "temp"}  # the CLI's deliberate differences: short and greedy
 
 
-def test_the_type_stub_of_the_derived_fields_is_current() -> None:
-    """``mtp_llm/_derived.pyi`` is what type checkers see of the derived fields: regenerate it with
-    ``python -m mtp_llm._fields > mtp_llm/_derived.pyi`` after changing an option."""
+def test_the_type_stubs_of_the_derived_fields_are_current() -> None:
+    """``mtp_llm/_derived.pyi`` and ``mtp_llm/_kwargs.pyi`` are what type checkers see of the derived
+    fields and of MTP's keyword arguments: regenerate them with ``python -m mtp_llm._fields >
+    mtp_llm/_derived.pyi`` and ``python -m mtp_llm._kwargs > mtp_llm/_kwargs.pyi`` after changing an option."""
     from pathlib import Path
 
     from mtp_llm._fields import stub_source
 
-    stub = Path(__file__).resolve().parents[2] / "mtp_llm" / "_derived.pyi"
-    assert stub.read_text() == stub_source()
+    from mtp_llm._kwargs import stub_source as kwargs_stub_source
+
+    package = Path(__file__).resolve().parents[2] / "mtp_llm"
+    assert (package / "_derived.pyi").read_text() == stub_source()
+    # MTP(**options): SessionKwargs, regenerated with ``python -m mtp_llm._kwargs > mtp_llm/_kwargs.pyi``
+    assert (package / "_kwargs.pyi").read_text() == kwargs_stub_source()
