@@ -4,6 +4,8 @@
 #include <regex>
 
 #include "chat_grammar.hpp"
+#include "chat_sampling.hpp"
+#include "gbnf.hpp"
 #include "errors.hpp"
 #include "options.hpp"
 #include "json-schema-to-grammar.h"

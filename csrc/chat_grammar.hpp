@@ -7,7 +7,6 @@
 // narrowed grammar admits a subset of the chat layer's (so every string it admits is one the
 // chat layer's parser reads), built from the tools' schemas; parsing stays the chat layer's.
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,9 +24,5 @@ struct GrammarContext {
 // Mistral's call ids, gpt-oss, muse-glimmer, Kimi-K2, Kimi-K3, LFM2, Gemma-4, MiniCPM5 and the
 // tagged-argument formats with the same shapes); a grammar of another shape is returned as it is.
 std::string narrow_tool_grammar(const std::string & grammar, const GrammarContext & ctx);
-
-// The grammar with its root rule's line ("root ::= ...") replaced by `edit` of it; a grammar
-// without a root rule is returned as it is.
-std::string edit_root_rule(const std::string & grammar, const std::function<std::string(const std::string &)> & edit);
 
 }  // namespace mtp

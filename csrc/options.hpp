@@ -92,9 +92,6 @@ void validate(const GenerateOptions & g, int32_t session_longest_draft);
 int32_t cache_type(const std::optional<std::string> & name, const char * option);
 // "auto" is llama.cpp's choice except on CPU-only builds (see options.cpp).
 llama_flash_attn_type resolve_flash_attn(const ContextOptions & o);
-// The optional reasoning section of a whole-answer grammar's root rule left out, where the
-// generation prompt has not opened it (reasoning_budget 0, or a forced call with thinking off).
-std::string without_reasoning(const std::string & grammar, const ChatGrammar & chat);
 // `vocab` tokenizes a chat grammar's preserved tokens and reasoning tags.
 common_params_sampling to_common_params(const SamplingOptions & s, const llama_vocab * vocab = nullptr);
 // llama.cpp context parameters for `o` (sizes, threads, attention, caches); the

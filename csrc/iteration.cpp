@@ -1,0 +1,328 @@
+// The phases of a round: a prompt chunk for a slot still reading its prompt, and the
+// draft/verify iteration for the others:
+//
+// draft -> checkpoint -> verify -> sample -> catch up the head -> commit, or, on a
+// partial acceptance of a target that cannot roll back in place, restore the checkpoint
+// and re-verify the accepted tokens next step (a replay). Every running slot takes part:
+// its drafts and verify rows share the head's and the target's decodes, and each slot is
+// charged the share of their time that its rows took. The drafts come from the session's
+// DraftSource; nothing here depends on which.
+#include <algorithm>
+
+#include "errors.hpp"
+#include "session.hpp"
+
+namespace mtp {
+
+namespace {
+
+void deliver(StepResult & ready, StepResult && out) {
+    for (TokenOut & t : out.tokens) {
+        ready.tokens.push_back(std::move(t));
+    }
+    if (out.finished) {
+        ready.finished = true;
+        ready.finish_reason = out.finish_reason;
+    }
+}
+
+}  // namespace
+
+void Session::process_prompt_chunk(Slot & s) {
+    Counters c;
+    {
+        ScopedTimer timer(c.t_prompt_us);
+        Slot::Call & call = s.call;
+        const size_t n = std::min(call.prompt.size() - call.prompt_done, (size_t) llama_n_batch(ctx_tgt_.get()));
+        if (n > 0) {
+            batch_.clear();
+            for (size_t i = 0; i < n; ++i) {
+                batch_.add(call.prompt[call.prompt_done + i], (llama_pos) (call.prompt_done + i), s.seq, false);
+            }
+            decode_or_throw(ctx_tgt_.get(), batch_, "prompt");
+            if (feeds_head(s)) {
+                source_->prompt_chunk(s, batch_, call.head_defers_prompt);
+            }
+            for (size_t i = 0; i < n; ++i) {
+                common_sampler_accept(call.sampler.get(), call.prompt[call.prompt_done + i], false);
+            }
+            synchronize_contexts();  // the chunk's time is the prompt's, on GPU backends too
+            call.prompt_done += n;
+        }
+        if (call.prompt_done == call.prompt.size()) {
+            s.cache.tokens.assign(call.prompt.begin(), call.prompt.end());
+            s.cache.n_past = (int32_t) call.prompt.size();
+            if (call.cache_prompt && !target_rolls_back() && saved_.enabled() && !call.prompt.empty()) {
+                // Recurrent state cannot roll back to here after generating: a checkpoint
+                // where the prompt ends lets the next turn, which extends it, reuse it.
+                save_state(s);
+            }
+            if (feeds_head(s)) {
+                source_->prompt_done(s);
+            }
+            call.prompt_phase = false;
+        }
+    }
+    record(s, c);
+}
+
+void Session::speculative_iteration(std::vector<Slot *> & slots) {
+    const int64_t t_start = now_us();
+    for (Slot * s : slots) {
+        Slot::Round & r = s->round;
+        r.counters = Counters{};
+        r.is_replay = r.replay_pending;
+        r.replay_pending = false;
+        r.resumed = false;
+    }
+    draft(slots);
+    verify(slots);
+    for (auto it = slots.begin(); it != slots.end();) {
+        try {
+            sample(**it);
+            ++it;
+        } catch (...) {
+            fail_slot(**it, std::current_exception());
+            it = slots.erase(it);
+        }
+    }
+    if (source_) {
+        source_->catch_up(slots, batch_);
+    }
+    size_t rows = 0;
+    for (Slot * s : slots) {
+        rows += s->round.draft_tokens.size() + 1;
+    }
+    const int64_t us_all = now_us() - t_start;
+    bool first = true;
+    for (Slot * s : slots) {
+        try {
+            const int64_t share = (int64_t) (s->round.draft_tokens.size() + 1);
+            finish_iteration(*s, rows ? us_all * share / (int64_t) rows : us_all, !first);
+            first = false;
+        } catch (...) {
+            fail_slot(*s, std::current_exception());
+        }
+    }
+    slots.clear();
+}
+
+// One slot's share of the iteration: counters, commit or checkpoint restore, what the
+// draft-length controller learns, and the output for its caller. `us`: its share of the time.
+void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
+    Slot::Round & r = sl.round;
+    Counters & c = r.counters;
+    const size_t n_draft = r.draft_tokens.size();
+    const size_t n_accepted = r.ids.size() - 1;
+    c.t_total_us = (uint64_t) us;
+    c.iters = 1;
+    c.verify_batches = 1;
+    if (r.is_replay) {
+        c.replays = 1;
+    } else {
+        c.drafts_generated = n_draft;
+        c.drafts_accepted = n_accepted;
+        for (size_t i = 0; i < n_draft && i < (size_t) kMaxDraftPositions; ++i) {
+            c.drafted_at[i] = 1;
+            c.accepted_at[i] = i < n_accepted ? 1 : 0;
+        }
+    }
+    StepResult out;
+    if (r.must_restore) {
+        restore_checkpoint(sl);
+    } else {
+        commit(sl, n_accepted, out);
+        if (!r.is_replay && n_draft == 0) {
+            c.tokens_undrafted = c.tokens_emitted;
+        }
+    }
+    if (drafting(sl)) {
+        // The controller sees each drafting pass with its replay (the cost of a partial
+        // acceptance on a checkpointed target) as one iteration.
+        auto & pending = sl.call.pending_observation;
+        if (!r.is_replay) {
+            pending = Slot::Call::Observation{(int32_t) n_draft, (int32_t) n_accepted, us, (int64_t) c.t_draft_us,
+                                              r.resumed};
+        } else if (pending) {
+            pending->us += us;
+            pending->head_us += (int64_t) c.t_draft_us;
+        }
+        if (!r.must_restore && pending) {
+            controller_.observe(pending->drafted, pending->accepted, pending->us, pending->head_us, pending->resumed);
+            pending.reset();
+        }
+    }
+    record(sl, c, batch_counted);
+    deliver(sl.call.ready, std::move(out));
+    ++sl.call.rounds_ready;
+    sl.cache.valid = true;
+}
+
+int32_t Session::draft_room(const Slot & s) const {
+    return std::max(0, std::min({n_ctx_slot() - s.cache.n_past - 2, s.call.max_tokens - s.call.produced - 1,
+                                 s.call.active_n_draft.load(std::memory_order_relaxed)}));
+}
+
+// Asks the draft source for up to the chosen number of tokens for each slot, then
+// checkpoints a target that cannot roll back in place. A replay drafts nothing.
+void Session::draft(std::vector<Slot *> & slots) {
+    int32_t auto_room = -1;  // the longest draft any slot on "auto" has room for (-1: none is)
+    for (Slot * s : slots) {
+        Slot::Round & r = s->round;
+        r.n_max = 0;
+        if (r.is_replay) {
+            continue;  // draft_tokens holds the tokens to verify again
+        }
+        r.draft_tokens.clear();
+        if (drafting(*s)) {
+            r.n_max = draft_room(*s);
+            auto_room = s->call.auto_draft ? std::max(auto_room, r.n_max) : auto_room;
+        }
+    }
+    if (auto_room >= 0) {
+        const int32_t chosen = controller_.choose(auto_room);
+        for (Slot * s : slots) {
+            if (s->call.auto_draft && !s->round.is_replay) {
+                s->round.n_max = std::min(s->round.n_max, chosen);
+            }
+        }
+    }
+    if (!source_) {
+        return;
+    }
+    source_->draft(slots, batch_);
+    if (checkpoints_target()) {
+        checkpoint_targets(slots);
+    }
+}
+
+void Session::checkpoint_targets(const std::vector<Slot *> & slots) {
+    llama_memory_t mem = llama_get_memory(ctx_tgt_.get());
+    for (Slot * s : slots) {
+        Slot::Round & r = s->round;
+        if (r.n_max == 0) {
+            continue;
+        }
+        ScopedTimer timer(r.counters.t_ckpt_us);
+        r.ckpt.update_pos((int64_t) s->cache.tokens.size(), llama_memory_seq_pos_min(mem, s->seq),
+                          llama_memory_seq_pos_max(mem, s->seq));
+        if (!r.draft_tokens.empty()) {
+            r.ckpt.update_tgt(ctx_tgt_.get(), s->seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+        }
+    }
+}
+
+// Runs the target on [id_last, drafts...] of every slot, in one batch.
+void Session::verify(std::vector<Slot *> & slots) {
+    batch_.clear();
+    for (Slot * s : slots) {
+        s->round.first_row = batch_.size();
+        batch_.add(s->cache.id_last, s->cache.n_past, s->seq, true);
+        for (size_t i = 0; i < s->round.draft_tokens.size(); ++i) {
+            batch_.add(s->round.draft_tokens[i], s->cache.n_past + 1 + (llama_pos) i, s->seq, true);
+        }
+    }
+    const int64_t t0 = now_us();
+    decode_or_throw(ctx_tgt_.get(), batch_, "verify batch");
+    llama_synchronize(ctx_tgt_.get());  // the pass's time is the verify's, on GPU backends too
+    const uint64_t us = (uint64_t) (now_us() - t0);
+    const uint64_t rows = (uint64_t) batch_.size();
+    for (Slot * s : slots) {
+        s->round.counters.t_verify_us += us * (s->round.draft_tokens.size() + 1) / rows;
+    }
+}
+
+// Samples the target's tokens along the slot's drafts: the accepted drafts plus one
+// token of the target's own. `sampler_before` keeps the sampler state for a
+// checkpoint restore.
+void Session::sample(Slot & s) {
+    Slot::Round & r = s.round;
+    ScopedTimer timer(r.counters.t_sample_us);
+    if (checkpoints_target() && !r.draft_tokens.empty()) {
+        r.sampler_before.reset(common_sampler_clone(s.call.sampler.get()));
+    }
+    sample_rows_.resize(r.draft_tokens.size() + 1);
+    for (size_t i = 0; i < sample_rows_.size(); ++i) {
+        sample_rows_[i] = r.first_row + (int) i;
+    }
+    r.ids = common_sampler_sample_and_accept_n(s.call.sampler.get(), ctx_tgt_.get(), sample_rows_, r.draft_tokens);
+    r.must_restore = checkpoints_target() && r.ids.size() - 1 < r.draft_tokens.size();
+}
+
+// Partial acceptance without in-place rollback: back to the checkpoint, and the
+// accepted tokens are verified again next step as a replay (not new drafts).
+void Session::restore_checkpoint(Slot & s) {
+    Slot::Round & r = s.round;
+    ScopedTimer timer(r.counters.t_ckpt_us);
+    r.draft_tokens = std::move(r.ids);
+    r.ckpt.load_tgt(ctx_tgt_.get(), s.seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+    llama_memory_seq_rm(llama_get_memory(ctx_tgt_.get()), s.seq, r.ckpt.pos_max + 1, -1);
+    if (ctx_dft_) {
+        r.ckpt.load_dft(ctx_dft_.get(), s.seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+        llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), s.seq, r.ckpt.pos_max + 1, -1);
+    }
+    s.cache.tokens.resize(r.ckpt.n_tokens);
+    s.call.sampler = std::move(r.sampler_before);
+    s.cache.n_past = (int32_t) s.cache.tokens.size();
+    r.replay_pending = true;
+}
+
+// Keeps the accepted tokens in both caches, drops the rejected rows, and emits
+// the committed tokens.
+void Session::commit(Slot & s, size_t n_accepted, StepResult & out) {
+    if (feeds_head(s)) {
+        source_->accept(s, n_accepted);
+    }
+    s.cache.n_past += (int32_t) s.round.ids.size();
+    s.round.draft_tokens.clear();
+    llama_memory_seq_rm(llama_get_memory(ctx_tgt_.get()), s.seq, s.cache.n_past, -1);
+    if (ctx_dft_) {
+        llama_memory_seq_rm(llama_get_memory(ctx_dft_.get()), s.seq, s.cache.n_past, -1);
+    }
+    const size_t before = out.tokens.size();
+    commit_tokens(s, s.round.ids, out);
+    s.round.counters.tokens_emitted = out.tokens.size() - before;
+    if (!s.call.first_token_seen && !out.tokens.empty()) {
+        s.call.first_token_seen = true;
+        s.round.counters.t_first_token_us = (uint64_t) (now_us() - s.call.t_begin_us);
+    }
+}
+
+void Session::commit_tokens(Slot & s, const std::vector<llama_token> & ids, StepResult & out) {
+    for (llama_token id : ids) {
+        s.cache.tokens.push_back(s.cache.id_last);
+        s.cache.id_last = id;
+        if (target_->is_eog(id)) {
+            out.tokens.push_back({id, ""});
+            finish(s, out, "eog");
+            return;
+        }
+        bool stopped = false;
+        const bool special = s.call.preserved_tokens.count(id) > 0;  // chat markup the parser reads
+        std::string text = s.call.text.push(common_token_to_piece(ctx_tgt_.get(), id, special), stopped);
+        out.tokens.push_back({id, std::move(text)});
+        ++s.call.produced;
+        if (stopped) {
+            finish(s, out, "stop");
+            return;
+        }
+        if (s.call.produced >= s.call.max_tokens) {
+            finish(s, out, "length");
+            return;
+        }
+    }
+}
+
+void Session::finish(Slot & s, StepResult & out, const std::string & reason) {
+    if (reason != "stop") {
+        std::string rest = s.call.text.flush();
+        if (!rest.empty() && !out.tokens.empty()) {
+            out.tokens.back().text += rest;
+        }
+    }
+    s.call.finished = true;
+    out.finished = true;
+    out.finish_reason = reason;
+}
+
+}  // namespace mtp

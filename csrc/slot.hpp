@@ -1,0 +1,107 @@
+// One generation's place in a session: sequence `seq` of the target and MTP contexts.
+//
+// Its state is split by lifetime: `call` lives from begin() to end(), `cache` describes
+// what the contexts hold for the sequence (and outlives the call: the next one on this
+// slot may reuse it), `round` is the draft/verify iteration's working state.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "counters.hpp"
+#include "sampling.h"
+#include "text.hpp"
+
+namespace mtp {
+
+struct TokenOut {
+    int32_t id;
+    std::string text;  // valid UTF-8; "" while bytes are held back
+};
+
+struct StepResult {
+    std::vector<TokenOut> tokens;
+    bool finished = false;
+    std::string finish_reason;  // "eog", "length", "stop"
+};
+
+struct Slot {
+    explicit Slot(llama_seq_id seq) : seq(seq) {}
+    const llama_seq_id seq;
+
+    // Between begin() and end() (guarded by the session's lock, except the atomics).
+    struct Call {
+        bool in_use = false;
+        int32_t rounds_ready = 0;  // rounds whose output the caller has not taken yet
+        StepResult ready;          // their output, joined
+        std::exception_ptr error;  // this generation failed in a round another caller drove
+        uint64_t last_used = 0;    // begin() order, for picking a slot
+        uint64_t id = 0;           // the caller's id of the running generation
+
+        std::atomic<bool> cancel_requested{false};
+        std::atomic<int64_t> deadline_us{0};
+        std::atomic<int32_t> active_n_draft{0};  // longest draft of this call; read by stats readers
+        bool auto_draft = false;                 // this call's lengths come from the session's controller
+        bool cache_prompt = false;               // this call's cache_prompt
+        bool head_follows = false;               // this call feeds the head (it may draft)
+        bool head_followed = false;              // the previous call did
+        bool head_defers_prompt = false;         // the head keeps the prompt's last rows instead of decoding it
+        struct Observation {
+            int32_t drafted, accepted;
+            int64_t us, head_us;
+            bool resumed;
+        };
+        std::optional<Observation> pending_observation;  // a drafting pass waiting for its replay
+
+        common_sampler_ptr sampler;
+        std::set<llama_token> preserved_tokens;  // emitted as text (a chat grammar's markup)
+        std::vector<llama_token> prompt;         // prompt tokens still to process (all but the last)
+        size_t prompt_done = 0;
+        bool prompt_phase = false;
+        int32_t max_tokens = 0;
+        int32_t produced = 0;
+        bool finished = false;
+        int64_t t_begin_us = 0;
+        bool first_token_seen = false;
+        TextAssembler text;
+
+        AtomicCounters stats;
+    } call;
+
+    // What the contexts hold for this sequence.
+    struct Cache {
+        bool valid = false;       // the contexts hold exactly `tokens` (a whole step completed)
+        size_t reused = 0;        // prompt positions this call took from the contexts
+        llama_tokens tokens;      // tokens in the target context
+        llama_token id_last = 0;  // the next token to decode (sampled, not yet in the contexts)
+        int32_t n_past = 0;       // positions the target holds (accepted rows included)
+    } cache;
+
+    // The draft/verify iteration: this round's, and what a replay carries to the next.
+    struct Round {
+        llama_tokens draft_tokens;  // drafts to verify; on a replay, the accepted tokens again
+        bool replay_pending = false;
+        common_prompt_checkpoint ckpt;
+
+        bool is_replay = false;
+        bool resumed = false;       // the head resumed after a plain stretch (the controller prices it)
+        bool must_restore = false;  // partial acceptance on a target without in-place rollback
+        int32_t n_max = 0;          // the longest draft asked for
+        int32_t first_row = 0;      // its rows in the verify batch
+        std::vector<llama_token> ids;  // the target's tokens: the accepted drafts plus one
+        common_sampler_ptr sampler_before;
+        Counters counters;
+    } round;
+
+    bool wants_stop() const;
+    // This call drafts (its longest draft is above 0), given a source to draft from.
+    bool may_draft() const { return call.active_n_draft.load(std::memory_order_relaxed) > 0; }
+};
+
+}  // namespace mtp
