@@ -112,24 +112,10 @@ class ControllerEstimates:
     def probe_interval(self) -> int: ...
 
 class ContextOptions:
-    """Filled by field name from mtp_llm.options.SessionOptions."""
+    """Filled by field name from mtp_llm.options.SessionOptions: the same fields (tests/unit/test_options.py)."""
 
-    n_draft: int | str
-    n_draft_max: int
-    p_min: float
-    n_ctx: int
-    n_batch: int
-    n_threads: int | None
-    n_threads_batch: int | None
-    flash_attn: bool | None
-    type_k: str | None
-    type_v: str | None
-    offload_kqv: bool
-    rollback: str
-    fuse_catch_up: bool
-    cache_prompt: bool
-    cache_size_mb: float
-    n_parallel: int
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
     def __init__(self) -> None: ...
 
 class ChatGrammar:
@@ -176,29 +162,17 @@ class ChatParser:
     def parse(self, text: str, partial: bool = False) -> tuple[str, str, list[tuple[str, str, str]]]: ...
 
 class SamplingOptions:
-    temp: float
-    top_k: int
-    top_p: float
-    min_p: float
-    seed: int
-    repeat_penalty: float
-    frequency_penalty: float
-    presence_penalty: float
-    penalty_last_n: int
-    grammar: str | None
-    chat: ChatGrammar | None
-    reasoning_budget: int
+    """The sampling part of GenerateOptions: GenerationOptions.SAMPLING's fields, and ``chat``."""
+
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
     def __init__(self) -> None: ...
 
 class GenerateOptions:
-    """Filled by field name from mtp_llm.options.GenerationOptions."""
+    """Filled by field name from mtp_llm.options.GenerationOptions (its ``sampling`` part: SamplingOptions)."""
 
-    max_tokens: int
-    n_draft: int | str | None
-    cache_prompt: bool | None
-    timeout: float | None
-    stop: list[str]
-    sampling: SamplingOptions
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
     def __init__(self) -> None: ...
 
 class Session:
