@@ -11,7 +11,7 @@
 #   pytest); gguf and pytest-asyncio (and typing-extensions) come from the carried wheels. MTP_LLM_GPU_CHECK_PYTHON names another.
 # - A CUDA toolkit without cuBLAS (nvcc alone) is completed by the cuBLAS of a pip wheel
 #   (nvidia-cublas, which PyTorch installs); without the driver library to link, VMM is off.
-# - MTP_LLM_GPU_CHECK_DRY_RUN=1 stops before nvcc is needed (tests/test_gpu.py runs it so);
+# - MTP_LLM_GPU_CHECK_DRY_RUN=1 stops before nvcc is needed (tests/engine/test_gpu.py runs it so);
 #   MTP_LLM_GPU_CHECK_BUILD (default build) holds the packed tree, the reference and the wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,7 +102,7 @@ bench() {  # name, then mtp-llm bench arguments
 
 tests_and_benchmarks() {
   MTP_LLM_GPU_REFERENCE="$BUILD/gpu-reference.json" MTP_LLM_TEST_THREADS=4 \
-    "$PY" -m pytest tests/test_gpu.py -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUTDIR/tests.txt" | tail -5
+    "$PY" -m pytest tests/engine/test_gpu.py -q -p no:cacheprovider -o addopts="" 2>&1 | tee "$OUTDIR/tests.txt" | tail -5
   bench builtin
   bench synthetic-1B --synthetic 1B --acceptance 0.75
   bench synthetic-3B --synthetic 3B --acceptance 0.75

@@ -22,5 +22,5 @@ tar -C "$SRC" -czf "$BUILD/llama.cpp-src.tar.gz" \
 pins="$("$PY" -c 'import importlib.metadata as m; print(" ".join(f"{p}=={m.version(p)}" for p in ("gguf", "pytest-asyncio", "typing-extensions")))')"
 "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$BUILD/wheels" $pins >/dev/null
 # The CPU build's tokens and acceptance counts, the reference of the equality tests.
-"$PY" tests/gpu_cases.py > "$BUILD/gpu-reference.json"
+"$PY" tests/helpers/gpu_cases.py > "$BUILD/gpu-reference.json"
 ls -l "$BUILD/llama.cpp-src.tar.gz" "$BUILD/gpu-reference.json"

@@ -2,7 +2,7 @@
 # Rehearse benchmarks/gpu_check.sh on this machine, without a GPU, as far as it goes: a stand-in
 # for the H200 image (Python 3.12 with the image's packages; cuBLAS only as PyTorch's pip wheel
 # brings it; this machine's nvcc, which needs no GPU), then the script's build phase, which must
-# build, import and stop at "no CUDA device", then tests/test_gpu.py's CPU cases on that CUDA build.
+# build, import and stop at "no CUDA device", then tests/engine/test_gpu.py's CPU cases on that CUDA build.
 # Needs nvcc and a Python 3.12 (MTP_LLM_PYTHON312). Cold: ~26 min on 2 cores; with a warm ccache: minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,4 +30,4 @@ grep -q "the build has no CUDA device here" "$OUTDIR.log" \
 echo "rehearse_gpu_check: built and imported in $(( $(date +%s) - start ))s" >&2
 cublas="$(dirname "$(ls "$VENV"/lib/python3.12/site-packages/nvidia/*/lib/libcublas.so.* | head -1)")"
 LD_LIBRARY_PATH="$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" MTP_LLM_GPU_REFERENCE=build/gpu-reference.json \
-  "$VENV/bin/python" -m pytest tests/test_gpu.py -q -p no:cacheprovider -o addopts="" -k "not dry_run"
+  "$VENV/bin/python" -m pytest tests/engine/test_gpu.py -q -p no:cacheprovider -o addopts="" -k "not dry_run"

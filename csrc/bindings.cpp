@@ -64,21 +64,10 @@ py::dict counters_to_dict(const mtp::Counters & c) {
 }
 
 // The session's counters, with the draft controller's estimates where it can draft.
-py::dict estimates_to_dict(const mtp::ControllerEstimates & e) {
-    py::dict d;
-    d["acceptance"] = e.acceptance;
-    d["iteration_us"] = e.iteration_us;
-    d["expected_tokens_per_s"] = e.expected_tokens_per_s;
-    d["choice"] = e.choice;
-    d["probe_interval"] = e.probe_interval;
-    return d;
-}
-
-// The session's counters, with the draft controller's estimates where it can draft.
 py::dict session_stats(const mtp::Session & self, const mtp::Counters & c) {
     py::dict d = counters_to_dict(c);
     if (self.mtp_driver() != "none") {
-        d["draft_controller"] = estimates_to_dict(self.draft_controller());
+        d["draft_controller"] = py::cast(self.draft_controller());
     }
     return d;
 }
@@ -87,6 +76,14 @@ py::dict session_stats(const mtp::Session & self, const mtp::Counters & c) {
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "mtp_llm native engine (llama.cpp MTP speculative decoding)";
+
+    // Limits and values the Python options check against (mtp_llm.options).
+    m.attr("MAX_DRAFT_POSITIONS") = mtp::kMaxDraftPositions;
+    m.attr("MAX_PARALLEL") = mtp::kMaxParallel;
+    m.attr("MIN_SLOT_CONTEXT") = mtp::kMinSlotContext;
+    py::tuple rollback_modes(mtp::kRollbackModes.size());
+    for (size_t i = 0; i < mtp::kRollbackModes.size(); ++i) rollback_modes[i] = mtp::kRollbackModes[i];
+    m.attr("ROLLBACK_MODES") = rollback_modes;
 
     py::register_exception_translator([](std::exception_ptr p) {
         try {
@@ -169,27 +166,25 @@ PYBIND11_MODULE(_core, m) {
        py::arg("reps") = 20, py::arg("warmup") = 3,
        "Median and minimum microseconds of each pass of the draft/verify loop (see csrc/cost_probe.hpp).");
 
+    // Load options with named fields: mtp_llm.model fills them by field name.
+    py::class_<mtp::ModelOptions>(m, "ModelOptions")
+        .def(py::init<>())
+        .def_readwrite("load_mtp", &mtp::ModelOptions::load_mtp)
+        .def_readwrite("n_gpu_layers", &mtp::ModelOptions::n_gpu_layers)
+        .def_readwrite("use_mmap", &mtp::ModelOptions::use_mmap)
+        .def_readwrite("use_mlock", &mtp::ModelOptions::use_mlock)
+        .def_readwrite("rpc_servers", &mtp::ModelOptions::rpc_servers)
+        .def_readwrite("tensor_split", &mtp::ModelOptions::tensor_split)
+        .def_readwrite("mtp_local", &mtp::ModelOptions::mtp_local)
+        .def_readwrite("rpc_timeout", &mtp::ModelOptions::rpc_timeout)
+        .def_readwrite("mtp_device", &mtp::ModelOptions::mtp_device);
+
     py::class_<mtp::Model, std::shared_ptr<mtp::Model>>(m, "Model")
-        .def(py::init([](const std::string & path, bool load_mtp, int n_gpu_layers, bool use_mmap, bool use_mlock,
-                         const std::vector<std::string> & rpc_servers, const std::vector<float> & tensor_split,
-                         bool mtp_local, double rpc_timeout, const std::string & mtp_device) {
-                 mtp::ModelOptions o;
-                 o.load_mtp = load_mtp;
-                 o.n_gpu_layers = n_gpu_layers;
-                 o.use_mmap = use_mmap;
-                 o.use_mlock = use_mlock;
-                 o.rpc_servers = rpc_servers;
-                 o.tensor_split = tensor_split;
-                 o.mtp_local = mtp_local;
-                 o.rpc_timeout = rpc_timeout;
-                 o.mtp_device = mtp_device;
+        .def(py::init([](const std::string & path, const mtp::ModelOptions & options) {
                  py::gil_scoped_release release;
-                 return std::make_shared<mtp::Model>(path, o);
+                 return std::make_shared<mtp::Model>(path, options);
              }),
-             py::arg("path"), py::arg("load_mtp") = true, py::arg("n_gpu_layers") = 0,
-             py::arg("use_mmap") = true, py::arg("use_mlock") = false,
-             py::arg("rpc_servers") = std::vector<std::string>{}, py::arg("tensor_split") = std::vector<float>{},
-             py::arg("mtp_local") = true, py::arg("rpc_timeout") = 5.0, py::arg("mtp_device") = "")
+             py::arg("path"), py::arg("options"))
         .def_property_readonly("rpc_servers", [](const mtp::Model & self) { return self.options().rpc_servers; })
         .def_property_readonly("devices", &mtp::Model::device_names)
         .def("check_rpc", &mtp::Model::check_rpc, "Raise RPCConnectionError if a connection to a server was lost.")
@@ -261,7 +256,15 @@ PYBIND11_MODULE(_core, m) {
         .def("observe", &mtp::DraftController::observe, py::arg("drafted"), py::arg("accepted"), py::arg("us"),
              py::arg("head_us"), py::arg("resumed") = false)
         .def("interrupt", &mtp::DraftController::interrupt)
-        .def("estimates", [](const mtp::DraftController & self) { return estimates_to_dict(self.estimates()); });
+        .def("estimates", &mtp::DraftController::estimates);
+
+    // What the automatic draft length has learnt (mtp_llm.stats.DraftControllerEstimates reads it by field name).
+    py::class_<mtp::ControllerEstimates>(m, "ControllerEstimates")
+        .def_readonly("acceptance", &mtp::ControllerEstimates::acceptance)
+        .def_readonly("iteration_us", &mtp::ControllerEstimates::iteration_us)
+        .def_readonly("expected_tokens_per_s", &mtp::ControllerEstimates::expected_tokens_per_s)
+        .def_readonly("choice", &mtp::ControllerEstimates::choice)
+        .def_readonly("probe_interval", &mtp::ControllerEstimates::probe_interval);
 
     // Option structs with named fields: mtp_llm.options fills them by field name.
     py::class_<mtp::ContextOptions>(m, "ContextOptions")

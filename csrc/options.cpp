@@ -95,7 +95,7 @@ void validate(const ContextOptions & o, int32_t max_draft) {
     }
     cache_type(o.type_k, "type_k");
     cache_type(o.type_v, "type_v");
-    if (o.rollback != "auto" && o.rollback != "rs" && o.rollback != "checkpoint") {
+    if (std::none_of(kRollbackModes.begin(), kRollbackModes.end(), [&](const char * m) { return o.rollback == m; })) {
         fail(ErrorKind::InvalidOption, "rollback must be 'auto', 'rs' or 'checkpoint' (got '" + o.rollback + "')");
     }
 }

@@ -3,6 +3,7 @@
 // which fill these structs by name; an unset std::optional is Python's None.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,6 +37,9 @@ struct ContextOptions {
     double cache_size_mb = 256.0;            // saved states of other conversations (0 = keep only the current one)
     int32_t n_parallel = 1;                  // generations at once, one sequence each; n_ctx is shared among them
 };
+
+// Values of ContextOptions::rollback (mtp_llm.options reads them as _core.ROLLBACK_MODES).
+inline constexpr std::array<const char *, 3> kRollbackModes = {"auto", "rs", "checkpoint"};
 
 constexpr int32_t kMinSlotContext = 256;  // llama.cpp sizes each sequence's cache in steps of 256 cells
 constexpr int32_t kMaxParallel = 256;     // llama.cpp's LLAMA_MAX_SEQ

@@ -2,6 +2,11 @@
 
 from typing import Any
 
+MAX_DRAFT_POSITIONS: int
+MAX_PARALLEL: int
+MIN_SLOT_CONTEXT: int
+ROLLBACK_MODES: tuple[str, ...]
+
 def json_schema_grammar(schema_json: str) -> str: ...
 def mtp_graph_architectures() -> list[str]: ...
 def rpc_probe(endpoint: str, timeout: float = 5.0) -> str: ...
@@ -16,10 +21,22 @@ def measure_costs(
     target: Model, draft: Model | None, options: ContextOptions, fill: int = 128, reps: int = 20, warmup: int = 3
 ) -> dict[str, Any]: ...
 
+class ModelOptions:
+    """Filled by field name from mtp_llm.model.Model.load's arguments."""
+
+    load_mtp: bool
+    n_gpu_layers: int
+    use_mmap: bool
+    use_mlock: bool
+    rpc_servers: list[str]
+    tensor_split: list[float]
+    mtp_local: bool
+    rpc_timeout: float
+    mtp_device: str
+    def __init__(self) -> None: ...
+
 class Model:
-    def __init__(self, path: str, load_mtp: bool = True, n_gpu_layers: int = 0, use_mmap: bool = True,
-                 use_mlock: bool = False, rpc_servers: list[str] = ..., tensor_split: list[float] = ...,
-                 mtp_local: bool = True, rpc_timeout: float = 5.0, mtp_device: str = "") -> None: ...
+    def __init__(self, path: str, options: ModelOptions) -> None: ...
     @property
     def path(self) -> str: ...
     @property
@@ -78,28 +95,27 @@ class DraftController:
     def choose(self, limit: int) -> int: ...
     def observe(self, drafted: int, accepted: int, us: int, head_us: int, resumed: bool = False) -> None: ...
     def interrupt(self) -> None: ...
-    def estimates(self) -> dict[str, Any]: ...
+    def estimates(self) -> ControllerEstimates: ...
+
+class ControllerEstimates:
+    """Read by field name into mtp_llm.stats.DraftControllerEstimates."""
+
+    @property
+    def acceptance(self) -> list[float]: ...
+    @property
+    def iteration_us(self) -> list[float]: ...
+    @property
+    def expected_tokens_per_s(self) -> list[float]: ...
+    @property
+    def choice(self) -> int: ...
+    @property
+    def probe_interval(self) -> int: ...
 
 class ContextOptions:
-    """Filled by field name from mtp_llm.options.SessionOptions."""
+    """Filled by field name from mtp_llm.options.SessionOptions: the same fields (tests/unit/test_options.py)."""
 
-    n_draft: int | str
-    n_draft_max: int
-    p_min: float
-    n_ctx: int
-    n_batch: int
-    n_threads: int | None
-    n_threads_batch: int | None
-    flash_attn: bool | None
-    type_k: str | None
-    type_v: str | None
-    offload_kqv: bool
-    rollback: str
-    fuse_catch_up: bool
-    grammar_drafts: bool
-    cache_prompt: bool
-    cache_size_mb: float
-    n_parallel: int
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
     def __init__(self) -> None: ...
 
 class ChatGrammar:
@@ -146,29 +162,17 @@ class ChatParser:
     def parse(self, text: str, partial: bool = False) -> tuple[str, str, list[tuple[str, str, str]]]: ...
 
 class SamplingOptions:
-    temp: float
-    top_k: int
-    top_p: float
-    min_p: float
-    seed: int
-    repeat_penalty: float
-    frequency_penalty: float
-    presence_penalty: float
-    penalty_last_n: int
-    grammar: str | None
-    chat: ChatGrammar | None
-    reasoning_budget: int
+    """The sampling part of GenerateOptions: GenerationOptions.SAMPLING's fields, and ``chat``."""
+
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
     def __init__(self) -> None: ...
 
 class GenerateOptions:
-    """Filled by field name from mtp_llm.options.GenerationOptions."""
+    """Filled by field name from mtp_llm.options.GenerationOptions (its ``sampling`` part: SamplingOptions)."""
 
-    max_tokens: int
-    n_draft: int | str | None
-    cache_prompt: bool | None
-    timeout: float | None
-    stop: list[str]
-    sampling: SamplingOptions
+    def __getattr__(self, name: str) -> Any: ...
+    def __setattr__(self, name: str, value: Any) -> None: ...
     def __init__(self) -> None: ...
 
 class Session:

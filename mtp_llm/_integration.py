@@ -16,24 +16,30 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .chat import DEFAULT_CHAT_TEMPLATE, chat_format
+from .chat import DEFAULT_CHAT_TEMPLATE, ToolCall, chat_format
 from .errors import InvalidOptionError, MTPError
 from .model import Model
-from .options import GenerationOptions, SessionOptions, normalize_stop
+from .chat import ChatTurn, normalize_tool_choice
+from .options import GenerationOptions, SessionOptions, normalize_stop, option, option_specs
 from .session import MTP
 from .stats import STATS_KEY, MTPStats
 
 __all__ = [
     "CALL_ONLY_OPTIONS",
     "DEFAULT_CHAT_TEMPLATE",
+    "ChatSettings",
     "OPTION_ATTRIBUTES",
     "STATS_KEY",
+    "EmbeddingSpec",
     "EngineSpec",
     "call_options",
     "chat_prompt",
+    "chat_turn",
     "display_name",
     "get_model",
     "get_session",
+    "instance_options",
+    "openai_message",
     "resolve_chat_template",
     "resolve_model_path",
     "stats_payload",
@@ -45,9 +51,11 @@ class EngineSpec:
     """Everything that identifies a loaded model + session. Equal specs share one session."""
 
     model_path: str | None = None
-    """GGUF path; None = the built-in default model (or ``repo_id``)."""
+    """Path of the GGUF model; None = the built-in default model (or ``repo_id``). Instances
+    with the same model and load options share one lazily loaded native session."""
     repo_id: str | None = None
-    """Hugging Face Hub repository to take the model from (instead of ``model_path``)."""
+    """Hugging Face Hub repository to load from instead of ``model_path`` (with ``filename``;
+    needs ``mtp-llm[hub]``); downloaded at first use into huggingface_hub's cache."""
     filename: str | None = None
     """File name or glob of the model in ``repo_id`` (e.g. ``*Q4_K_M.gguf``)."""
     revision: str | None = None
@@ -55,11 +63,14 @@ class EngineSpec:
     draft_model_path: str | None = None
     """Sidecar GGUF holding the MTP head (``mtp-*.gguf``); None = the one beside a trunk-only
     target or fetched with it from the repository, if any."""
-    n_gpu_layers: int | None = None
-    """Layers offloaded (None: 0, or every layer with ``rpc_servers``)."""
+    n_gpu_layers: int | None = option(None, ge=-1)
+    """Layers offloaded to GPU backends and RPC servers, counted from the last; -1 = all
+    (None = 0, or all with ``rpc_servers``)."""
     use_mmap: bool = True
+    """Memory-map the model file."""
     rpc_servers: tuple[str, ...] | None = None
-    """``host:port`` of ``mtp-llm rpc-server`` processes holding offloaded layers (docs/scale-out.md)."""
+    """``host:port`` of ``mtp-llm rpc-server`` processes that hold offloaded layers
+    (docs/scale-out.md); checked before loading and before each call."""
     session_options: SessionOptions = dataclasses.field(default_factory=SessionOptions)
     """What the session is created with."""
 
@@ -204,27 +215,18 @@ def _new_session(model: Model, spec: EngineSpec, sidecar: Path | None = None) ->
     return MTP.from_options(model, spec.session_options, draft_model=draft)
 
 
-OPTION_ATTRIBUTES: dict[str, str] = {
-    "max_tokens": "max_tokens",
-    "temp": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "seed": "seed",
-    "repeat_penalty": "repeat_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty",
-    "penalty_last_n": "penalty_last_n",
-    "stop": "stop",
-    "grammar": "grammar",
-    "emit_stats_every": "emit_stats_every",
-    "timeout": "timeout",
-    "reasoning_budget": "reasoning_budget",
-}
-"""Generation option -> the integration attribute holding its instance default
-(both integrations name the temperature ``temperature``, as their frameworks do)."""
+def instance_options() -> dict[str, str]:
+    """Generation option -> the integration attribute holding its instance default: every
+    :class:`GenerationOptions` field that is not also a :class:`SessionOptions` field, under its
+    integration name (``temp`` -> ``temperature``, as the frameworks call it)."""
+    session = {f.name for f in dataclasses.fields(SessionOptions)}
+    return {s.name: s.attribute or s.name for s in option_specs(GenerationOptions) if s.name not in session}
 
-CALL_ONLY_OPTIONS = frozenset({"n_draft", "cache_prompt"})
+
+OPTION_ATTRIBUTES: dict[str, str] = instance_options()
+"""Generation option -> the integration attribute holding its instance default."""
+
+CALL_ONLY_OPTIONS = frozenset(f.name for f in dataclasses.fields(GenerationOptions)) - frozenset(OPTION_ATTRIBUTES)
 """Generation options that have no instance default: an integration's ``n_draft`` and
 ``cache_prompt`` fields are the session's (:class:`SessionOptions` fields); a call's
 ``n_draft`` ("auto", or up to the session's longest draft) or ``cache_prompt`` overrides them."""
@@ -267,3 +269,95 @@ def resolve_chat_template(model: Model, chat_template: str | None = None) -> str
 def stats_payload(stats: MTPStats) -> dict[str, Any]:
     """The per-call stats as published by every integration under :data:`STATS_KEY`."""
     return stats.to_dict()
+
+
+# ------------------------------------------------------------- embeddings --
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingSpec:
+    """The options of both embedding integrations (LangChain's ``MTPEmbeddings``, LlamaIndex's
+    ``MTPEmbedding``), whose fields are derived from these."""
+
+    model_path: str | None = None
+    """GGUF file; None = the built-in default model."""
+    n_threads: int | None = option(None, ge=1)
+    """Threads (None = all cores)."""
+    n_gpu_layers: int = option(0, ge=-1)
+    """Layers offloaded to a GPU backend (-1 = all)."""
+
+    @classmethod
+    def of(cls, instance: object) -> EmbeddingSpec:
+        """The spec of an embedding integration instance, read by field name."""
+        return cls(**{f.name: getattr(instance, f.name) for f in dataclasses.fields(cls)})
+
+    def model(self) -> Model:
+        """The model, loaded once per process (shared with the LLM integrations on the same file)."""
+        return get_model(resolve_model_path(self.model_path), n_gpu_layers=self.n_gpu_layers)
+
+
+
+# ------------------------------------------------------------------- chat --
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatSettings:
+    """The chat options of both integrations' chat models (LangChain's ``ChatMTP``, LlamaIndex's
+    ``MTPLLM``), whose fields are derived from these; a call may pass its own
+    ``enable_thinking`` / ``reasoning_effort``."""
+
+    chat_template: str | None = None
+    """Jinja chat template overriding the GGUF's (ChatML when the GGUF has none)."""
+    enable_thinking: bool = True
+    """Let reasoning models think (for templates with a switch); a call may pass its own."""
+    reasoning_effort: str | None = None
+    """Passed to templates that read it (gpt-oss "low"/"medium"/"high", Hunyuan's "no_think"/"low"/"high");
+    None: the template's default. A call may pass its own."""
+
+
+def openai_message(
+    role: str,
+    text: str,
+    *,
+    tool_calls: Sequence[ToolCall] = (),
+    reasoning: str = "",
+    tool_call_id: str | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """One chat message as the chat layer reads it (OpenAI's format), from either framework's
+    message: an assistant's earlier tool calls and reasoning, a tool result's call id and name."""
+    out: dict[str, Any] = {"role": role, "content": text}
+    if role == "assistant" and tool_calls:
+        out["tool_calls"] = [call.to_openai() for call in tool_calls]
+    if role == "assistant" and reasoning:
+        out["reasoning_content"] = reasoning
+    if role == "tool" and tool_call_id is not None:
+        out["tool_call_id"] = tool_call_id
+    if role == "tool" and name is not None:
+        out["name"] = name
+    return out
+
+
+def chat_turn(
+    session: MTP,
+    chat_template: str | None,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]] = (),
+    tool_choice: Any = None,
+    parallel_tool_calls: bool = False,
+    enable_thinking: bool = True,
+    reasoning_effort: str | None = None,
+) -> ChatTurn:
+    """A chat turn of either integration: OpenAI-format messages and tools rendered through
+    llama.cpp's chat layer (``chat_template``, else the model's), the tool choice checked
+    against the tools' names."""
+    names = [str(t.get("function", t).get("name")) for t in tools]
+    return chat_format(session.model, chat_template).turn(
+        list(messages),
+        tools=list(tools),
+        tool_choice=normalize_tool_choice(tool_choice, names),
+        parallel_tool_calls=parallel_tool_calls,
+        enable_thinking=enable_thinking,
+        reasoning_effort=reasoning_effort,
+    )

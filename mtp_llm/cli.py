@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import MTPError
 
 if TYPE_CHECKING:
     from .model import Model
+    from .options import OptionSpec
     from .session import MTP
 
 
@@ -44,23 +46,54 @@ def _load_model(args: argparse.Namespace) -> Model:
     return Model.load(args.model, **load) if args.model else Model.load_default(**load)
 
 
+SESSION_FLAG_ALIASES = {"n_threads": ("--threads",)}
+"""Older spellings kept for session flags."""
+GENERATE_FLAGS = ("max_tokens", "temp", "top_k", "top_p", "min_p", "seed", "repeat_penalty", "frequency_penalty",
+                  "presence_penalty", "penalty_last_n", "stop", "grammar", "timeout", "reasoning_budget")
+"""The generation options ``generate`` has flags for (a call's ``n_draft`` / ``cache_prompt`` are the
+session's flags; ``emit_stats_every`` has no use on the command line)."""
+GENERATE_DEFAULTS = {"max_tokens": 128, "temp": 0.0}
+"""Where ``generate`` deliberately differs from :class:`~mtp_llm.GenerationOptions`: a short, greedy run."""
+
+
+def option_flags(
+    p: argparse.ArgumentParser,
+    specs: Sequence[OptionSpec],
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """One flag per option (``n_draft_max`` -> ``--n-draft-max``), derived from its declaration: type,
+    default, choices and help (the doc's first sentence)."""
+    for spec in specs:
+        default = (defaults or {}).get(spec.name, spec.default)
+        doc = spec.doc.split("\n\n")[0].replace("\n", " ").replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": spec.name, "default": default, "help": f"{doc} (default: {default!r})"}
+        if spec.name == "n_draft":
+            kwargs["type"] = _draft_length
+        elif spec.name == "stop":
+            kwargs.update(action="append", default=None, help=f"{doc} (repeatable)")
+        elif spec.scalar is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif spec.choices is not None:
+            kwargs["choices"] = spec.choices
+        elif spec.scalar is not None:
+            kwargs["type"] = spec.scalar
+        else:
+            kwargs["type"] = str  # grammar: a GBNF string
+        p.add_argument(spec.flag, *(aliases or {}).get(spec.name, ()), **kwargs)
+
+
 def _add_session_args(p: argparse.ArgumentParser) -> None:
+    from .options import SessionOptions, option_specs
+
     _add_model_args(p)
     p.add_argument(
         "--draft-model",
         help="MTP sidecar GGUF (mtp-*.gguf); default: the one beside a trunk-only target or in its --hf repository",
     )
-    p.add_argument(
-        "--n-draft",
-        type=_draft_length,
-        default="auto",
-        help="draft tokens per iteration: 'auto' (default; the engine picks each iteration's length) or N",
-    )
-    p.add_argument("--n-draft-max", type=int, default=4, help="longest draft of --n-draft auto (default 4)")
-    p.add_argument("--p-min", type=float, default=0.0, help="stop a draft below this confidence (default 0: never)")
     p.add_argument("--no-mtp", action="store_true", help="plain decoding (n_draft=0)")
-    p.add_argument("--n-ctx", type=int, default=2048)
-    p.add_argument("--threads", type=int, default=None, help="decode threads (default: all cores)")
+    option_flags(p, option_specs(SessionOptions), aliases=SESSION_FLAG_ALIASES)
 
 
 def _draft_length(text: str) -> int | str:
@@ -74,27 +107,22 @@ def _draft_length(text: str) -> int | str:
 
 def _open_session(args: argparse.Namespace) -> MTP:
     from .model import Model
+    from .options import SessionOptions
     from .session import MTP
 
     model = _load_model(args)
-    n_draft = 0 if args.no_mtp else args.n_draft
+    options = {f.name: getattr(args, f.name) for f in dataclasses.fields(SessionOptions)}
+    if args.no_mtp:
+        options["n_draft"] = 0
     draft: Model | Literal["auto"] = Model.load(args.draft_model) if args.draft_model else "auto"
-    return MTP(
-        model,
-        draft_model=draft,
-        n_draft=n_draft,
-        n_draft_max=args.n_draft_max,
-        p_min=args.p_min,
-        n_ctx=args.n_ctx,
-        n_threads=args.threads,
-    )
+    return MTP(model, draft_model=draft, **options)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .events import DoneEvent, TokenEvent
 
     session = _open_session(args)
-    options = dict(max_tokens=args.max_tokens, temp=args.temp, seed=args.seed, stop=args.stop or None)
+    options = {name: getattr(args, name) for name in GENERATE_FLAGS}
     done = None
     out = sys.stdout
     for event in session.stream_events(args.prompt, **options):
@@ -213,15 +241,15 @@ def cmd_rpc_server(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .options import GenerationOptions, option_specs
+
     parser = argparse.ArgumentParser(prog="mtp-llm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="stream a completion, then print the MTP stats")
     _add_session_args(gen)
-    gen.add_argument("--max-tokens", type=int, default=128)
-    gen.add_argument("--temp", type=float, default=0.0, help="0 = greedy (default)")
-    gen.add_argument("--seed", type=int, default=0xFFFFFFFF)
-    gen.add_argument("--stop", action="append", help="stop string (repeatable)")
+    generation = {spec.name: spec for spec in option_specs(GenerationOptions)}
+    option_flags(gen, [generation[name] for name in GENERATE_FLAGS], defaults=GENERATE_DEFAULTS)
     gen.add_argument("--json", action="store_true", help="print the stats as JSON")
     gen.add_argument("--quiet-stats", action="store_true", help="print the stats line to stderr")
     gen.add_argument("prompt")
@@ -257,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     rpc.set_defaults(func=cmd_rpc_server)
 
     try:
-        from .bench import add_bench_parser
+        from .bench.cli import add_bench_parser
     except ImportError:
         pass
     else:

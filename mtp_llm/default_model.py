@@ -7,19 +7,14 @@ back to a generated tiny test model so that everything still runs.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from .cache import cache_dir
 
 MODELS_DIR = Path(__file__).parent / "models"
 DEFAULT_MODEL_NAME = "mtp-llm-default.gguf"
 
-
-def cache_dir() -> Path:
-    env = os.environ.get("MTP_LLM_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "mtp_llm"
+__all__ = ["DEFAULT_MODEL_NAME", "MODELS_DIR", "cache_dir", "default_model_path", "default_split_paths"]
 
 
 def default_model_path() -> Path:

@@ -61,7 +61,6 @@ from langchain_core.messages import (
     AIMessageChunk,
     BaseMessage,
     ChatMessage,
-    HumanMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -77,22 +76,14 @@ from langchain_core.outputs import (
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import Field
 
-from ._integration import (
-    EngineSpec,
-    call_options,
-    get_model,
-    display_name,
-    get_session,
-    resolve_model_path,
-    stats_payload,
-)
-from .chat import ChatDelta, ChatTurn, chat_format, normalize_tool_choice
+from ._derived import ChatFields, EmbeddingFields, LLMFields
+from ._integration import chat_turn, openai_message, stats_payload
 from ._langchain_runs import Targeter, areport, report, run_target, stream_target, streaming_config
+from .chat import ChatDelta, ChatTurn, ToolCall, normalize_tool_choice
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
-from .model import Model
-from .options import DraftLength, GenerationOptions
+from .options import GenerationOptions
 from .session import MTP
 from .stats import STATS_KEY
 
@@ -104,146 +95,36 @@ _LC_KWARGS = (
     "tools", "tool_choice", "ls_structured_output_format", "stream", "parallel_tool_calls", "enable_thinking",
     "reasoning_effort",
 )
-_session_lock = threading.Lock()
 
 
 # ------------------------------------------------------------- shared core --
 
 
-class _MTPParams(BaseModel):
-    """Engine and generation fields shared by :class:`MTPLLM` and :class:`ChatMTP`."""
+class _MTPParams(LLMFields):
+    """Engine and generation fields shared by :class:`MTPLLM` and :class:`ChatMTP`: every
+    :class:`~mtp_llm.SessionOptions` field, every :class:`~mtp_llm.GenerationOptions` field as an
+    instance default (``temperature`` for ``temp``; None = that class's default) and where the
+    model comes from (``model_path``, ``repo_id``/``filename``/``revision``, ``draft_model_path``,
+    ``n_gpu_layers``, ``use_mmap``, ``rpc_servers``), all derived from those declarations
+    (:mod:`mtp_llm._fields`); plus ``model``, ``model_name`` and ``session``."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True, protected_namespaces=())
-
-    model_path: str | None = None
-    """Path of the GGUF model; None = the built-in default model (or ``repo_id``). Instances
-    with the same model and load options share one lazily loaded native session."""
-    repo_id: str | None = None
-    """Hugging Face Hub repository to load from instead of ``model_path`` (with ``filename``;
-    needs ``mtp-llm[hub]``); downloaded at first use into huggingface_hub's cache."""
-    filename: str | None = None
-    """File name or glob of the model in ``repo_id``, e.g. ``"*Q4_K_M.gguf"``."""
-    revision: str | None = None
-    """Branch, tag or commit of ``repo_id`` (None = main)."""
-    model: Model | None = Field(default=None, exclude=True)
-    """An already loaded :class:`mtp_llm.Model` (instead of ``model_path``); this
-    instance creates its own session on it at first use."""
     session: MTP | None = Field(default=None, exclude=True)
     """An existing :class:`mtp_llm.MTP` session to run on (overrides ``model_path``,
     ``model`` and the load options)."""
-    model_name: str | None = None
-    """Name reported in ``response_metadata["model_name"]`` and traces (default: the file's stem)."""
-    draft_model_path: str | None = None
-    """Sidecar GGUF holding the MTP head (``mtp-*.gguf``) for trunk-only targets."""
-    n_draft: DraftLength = "auto"
-    """Draft tokens per speculative step: "auto" (the engine picks each step's length,
-    never slower than plain decoding by design), a fixed number, or 0 = plain decoding."""
-    n_draft_max: int = 4
-    """Longest draft of ``n_draft="auto"``."""
-    p_min: float = 0.0
-    """Stop a draft below this confidence (llama.cpp's draft p_min; 0 = never)."""
-    n_ctx: int = 2048
-    """Context size (prompt plus generated tokens)."""
-    n_batch: int = 512
-    """Maximum tokens per decode call (prompt chunk size)."""
-    n_threads: int | None = None
-    """Decode threads (None = all cores)."""
-    n_threads_batch: int | None = None
-    """Prompt/verify threads (None = ``n_threads``)."""
-    flash_attn: bool | None = None
-    """Flash attention: None = auto (off on a CPU-only build, where it is slower), True/False to force."""
-    type_k: str | None = None
-    """K cache type ("f16", "q8_0", ...; None = f16)."""
-    type_v: str | None = None
-    """V cache type ("f16", "q8_0", ...; None = f16)."""
-    offload_kqv: bool = True
-    """Keep the KV cache and attention on the GPU backend."""
-    rollback: str = "auto"
-    """Hybrid (recurrent) targets: "rs" rolls recurrent state back in place, "checkpoint"
-    saves/restores it each round; "auto" = "rs"."""
-    cache_prompt: bool = True
-    """Reuse the prompt prefix the session already holds (chat history, agent scratchpad)."""
-    cache_size_mb: float = 256.0
-    """Memory for saved states of other conversations on the shared session (an LRU)."""
-    fuse_catch_up: bool = True
-    """Decode the MTP head's catch-up with its first draft step (one head decode less
-    per iteration) where it applies; False = llama.cpp's own draft-mtp driver."""
-    grammar_drafts: bool = True
-    """Draft the text a call's grammar forces (JSON keys, punctuation) without a head pass."""
-    n_parallel: int = 1
-    """Calls that run at once on the shared session (``batch``, ``abatch``, concurrent
-    ``ainvoke``/``astream``): their drafts and verifies share each step's batches. ``n_ctx``
-    is divided among them (each holds ``n_ctx // n_parallel`` tokens)."""
-    n_gpu_layers: int | None = None
-    """Layers offloaded to GPU backends and RPC servers, counted from the last; -1 = all
-    (None = 0, or all with ``rpc_servers``)."""
-    use_mmap: bool = True
-    """Memory-map the model file."""
-    rpc_servers: list[str] | None = None
-    """``host:port`` of ``mtp-llm rpc-server`` processes that hold offloaded layers
-    (see docs/scale-out.md); checked before loading and before each call."""
-
-    max_tokens: int | None = None
-    """Maximum tokens generated per call (None = the engine's default, 256)."""
-    temperature: float | None = None
-    """Sampling temperature; 0 = greedy (None = the engine's default, 0.8)."""
-    top_k: int | None = None
-    """Top-k sampling (None = engine default)."""
-    top_p: float | None = None
-    """Nucleus sampling (None = engine default)."""
-    min_p: float | None = None
-    """Min-p sampling (None = engine default)."""
-    seed: int | None = None
-    """Sampler seed (None = random per call)."""
-    repeat_penalty: float | None = None
-    """Repetition penalty (None = engine default, 1.0 = off)."""
-    frequency_penalty: float | None = None
-    """Frequency penalty (None = engine default)."""
-    presence_penalty: float | None = None
-    """Presence penalty (None = engine default)."""
-    penalty_last_n: int | None = None
-    """Tokens considered by the penalties (None = engine default)."""
-    stop: list[str] | None = None
-    """Stop strings: generation ends at the first one, which is never emitted. A
-    per-call ``stop`` replaces these."""
-    grammar: str | None = None
-    """A GBNF grammar constraining every output."""
-    timeout: float | None = None
-    """Seconds before a generation is stopped with ``GenerationTimeoutError``."""
-    reasoning_budget: int | None = None
-    """Most reasoning tokens of a chat turn whose format has a reasoning section: 0 = no
-    reasoning, N = at most N, then the section is closed (None = the engine's default, -1:
-    unlimited)."""
-    emit_stats_every: int = 0
-    """Also emit the ``"mtp_stats"`` custom event every N tokens (0 = only at the end)."""
-
-    _own_session: MTP | None = PrivateAttr(default=None)
 
     # -- engine
 
     @property
     def client(self) -> MTP:
         """The native session, loaded on first use."""
-        if self.session is not None:
-            return self.session
-        if self._own_session is None:
-            with _session_lock:
-                if self._own_session is None:
-                    self._own_session = get_session(EngineSpec.of(self), self.model)
-        return self._own_session
+        return self._engine()
 
-    def _display_name(self) -> str:
-        if self.model_name:
-            return self.model_name
-        if self.session is not None:
-            return self.session.model.path.stem
-        if self.model is not None:
-            return self.model.path.stem
-        return display_name(self.model_path, self.repo_id, self.filename)
+    def _given_session(self) -> MTP | None:
+        return self.session
 
-    def _call_options(self, stop: Sequence[str] | None, kwargs: Mapping[str, Any]) -> GenerationOptions:
+    def _lc_call_options(self, stop: Sequence[str] | None, kwargs: Mapping[str, Any]) -> GenerationOptions:
         """Instance options, overridden by per-call ones (a per-call ``stop`` wins)."""
-        return call_options(self, {k: v for k, v in kwargs.items() if k not in _LC_KWARGS}, stop)
+        return self._call_options({k: v for k, v in kwargs.items() if k not in _LC_KWARGS}, stop)
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
         """LangSmith's standard parameters (recorded in the run's metadata)."""
@@ -407,7 +288,7 @@ class MTPLLM(_MTPParams, BaseLLM):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[GenerationChunk]:
-        options = self._call_options(stop, kwargs)
+        options = self._lc_call_options(stop, kwargs)
         events = self.client.stream_events(prompt, options=options)
         for chunk in _drive(events, _TextChunker(), run_target(run_manager), run_manager):
             if (kept := _mergeable(chunk)) is not None:
@@ -420,7 +301,7 @@ class MTPLLM(_MTPParams, BaseLLM):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[GenerationChunk]:
-        options = self._call_options(stop, kwargs)
+        options = self._lc_call_options(stop, kwargs)
         events = self.client.astream_events(prompt, options=options)
         async for chunk in _adrive(events, _TextChunker(), run_target(run_manager), run_manager):
             if (kept := _mergeable(chunk)) is not None:
@@ -484,32 +365,23 @@ def _openai_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         text = message.text if isinstance(message.text, str) else str(message.content)
-        if isinstance(message, SystemMessage):
-            out.append({"role": "system", "content": text})
-        elif isinstance(message, HumanMessage):
-            out.append({"role": "user", "content": text})
-        elif isinstance(message, AIMessage):
-            entry: dict[str, Any] = {"role": "assistant", "content": text}
-            if message.tool_calls:
-                entry["tool_calls"] = [
-                    {"id": c.get("id") or "", "type": "function", "function": {"name": c["name"], "arguments": c["args"]}}
-                    for c in message.tool_calls
-                ]
+        if isinstance(message, AIMessage):
             reasoning = message.additional_kwargs.get("reasoning_content")
-            if isinstance(reasoning, str) and reasoning:
-                entry["reasoning_content"] = reasoning
-            out.append(entry)
+            calls = [ToolCall(c.get("id") or "", c["name"], c["args"]) for c in message.tool_calls]
+            out.append(
+                openai_message(
+                    "assistant", text, tool_calls=calls, reasoning=reasoning if isinstance(reasoning, str) else ""
+                )
+            )
         elif isinstance(message, ToolMessage):
-            out.append({"role": "tool", "content": text, "tool_call_id": message.tool_call_id, "name": message.name or ""})
+            out.append(openai_message("tool", text, tool_call_id=message.tool_call_id, name=message.name))
+        elif isinstance(message, SystemMessage):
+            out.append(openai_message("system", text))
         elif isinstance(message, ChatMessage):
-            out.append({"role": message.role, "content": text})
+            out.append(openai_message(message.role, text))
         else:
-            out.append({"role": "user", "content": text})
+            out.append(openai_message("user", text))  # HumanMessage and anything else
     return out
-
-
-def _tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
-    return [str(t.get("function", t).get("name")) for t in tools]
 
 
 class _ChatChunker(_Chunker):
@@ -547,7 +419,7 @@ def _message_chunk(delta: ChatDelta, **fields: Any) -> AIMessageChunk:
     return AIMessageChunk(content=delta.content, additional_kwargs=extra, tool_call_chunks=calls, **fields)
 
 
-class ChatMTP(_MTPParams, BaseChatModel):
+class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
     """Chat with llama.cpp's native MTP speculative decoding.
 
     Setup:
@@ -593,13 +465,6 @@ class ChatMTP(_MTPParams, BaseChatModel):
     :mod:`mtp_llm.chat`).
     """
 
-    chat_template: str | None = None
-    """Jinja chat template overriding the GGUF's (ChatML when the GGUF has none)."""
-    enable_thinking: bool = True
-    """Let reasoning models think (for templates with a switch); a call may pass its own."""
-    reasoning_effort: str | None = None
-    """Passed to templates that read it (gpt-oss "low"/"medium"/"high", Hunyuan's "no_think"/"low"/"high");
-    None: the template's default. A call may pass its own."""
     streaming: bool = False
     """Let ``invoke`` run through the streaming path (tokens reach callbacks either way)."""
 
@@ -627,23 +492,23 @@ class ChatMTP(_MTPParams, BaseChatModel):
             The model bound to the tools.
         """
         formatted = [convert_to_openai_tool(t) for t in tools]
-        normalize_tool_choice(tool_choice, _tool_names(formatted))  # fail early on a bad choice
+        normalize_tool_choice(tool_choice, [str(t["function"]["name"]) for t in formatted])  # fail early
         return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> tuple[str, GenerationOptions, _ChatChunker]:
-        session = self.client
-        tools = kwargs.get("tools") or []
-        turn = chat_format(session.model, self.chat_template).turn(
+        turn = chat_turn(
+            self.client,
+            self.chat_template,
             _openai_messages(messages),
-            tools=tools,
-            tool_choice=normalize_tool_choice(kwargs.get("tool_choice"), _tool_names(tools)),
+            tools=kwargs.get("tools") or [],
+            tool_choice=kwargs.get("tool_choice"),
             parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", False)),
             enable_thinking=bool(kwargs.get("enable_thinking", self.enable_thinking)),
             reasoning_effort=kwargs.get("reasoning_effort", self.reasoning_effort),
         )
-        return turn.prompt, turn.options(self._call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn)
+        return turn.prompt, turn.options(self._lc_call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn)
 
     def stream(
         self,
@@ -733,11 +598,12 @@ def _chat_result(chunks: list[ChatGenerationChunk]) -> ChatResult:
 # ------------------------------------------------------------- embeddings --
 
 
-class MTPEmbeddings(BaseModel, Embeddings):
+class MTPEmbeddings(EmbeddingFields, Embeddings):
     """Local embeddings from a GGUF model's own hidden states (mean-pooled, L2-normalised),
     computed by llama.cpp: retrieval without a second model or a network.
 
-    Shares the loaded weights with :class:`ChatMTP` / :class:`MTPLLM` on the same file.
+    Shares the loaded weights with :class:`ChatMTP` / :class:`MTPLLM` on the same file. Fields:
+    ``model_path``, ``n_threads``, ``n_gpu_layers`` (the same as LlamaIndex's ``MTPEmbedding``).
 
     ```python
     from langchain_core.vectorstores import InMemoryVectorStore
@@ -746,21 +612,9 @@ class MTPEmbeddings(BaseModel, Embeddings):
     ```
     """
 
-    model_config = ConfigDict(protected_namespaces=())
-
-    model_path: str | None = None
-    """GGUF file; None = the built-in default model."""
-    n_threads: int | None = None
-    """Threads (None = all cores)."""
-    n_gpu_layers: int = 0
-    """Layers offloaded to a GPU backend."""
-
-    def _model(self) -> Model:
-        return get_model(resolve_model_path(self.model_path), n_gpu_layers=self.n_gpu_layers)
-
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed texts (one vector per text)."""
-        return self._model().embed(list(texts), n_threads=self.n_threads)
+        return self._embed(texts)
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query text."""

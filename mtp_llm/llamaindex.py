@@ -46,7 +46,6 @@ from llama_index.core.base.llms.types import (
     TextBlock,
     ThinkingBlock,
 )
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
 from llama_index.core.instrumentation.span import active_span_id
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
@@ -56,19 +55,12 @@ from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools.types import BaseTool
 from llama_index_instrumentation.base import BaseEvent
 
-from ._integration import (
-    EngineSpec,
-    call_options,
-    get_model,
-    display_name,
-    get_session,
-    resolve_model_path,
-    stats_payload,
-)
-from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, chat_format, normalize_tool_choice
+from ._derived import ChatFields, EmbeddingFields, LLMFields
+from ._integration import chat_turn, display_name, openai_message, stats_payload
+from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
-from .options import DraftLength, GenerationOptions
+from .options import GenerationOptions
 from .session import MTP
 from .stats import STATS_KEY, MTPStats
 
@@ -103,7 +95,7 @@ class MTPStatsEvent(BaseEvent):
         return "MTPStatsEvent"
 
 
-class MTPLLM(FunctionCallingLLM, CustomLLM):
+class MTPLLM(FunctionCallingLLM, CustomLLM, ChatFields, LLMFields):
     """llama.cpp MTP speculative decoding as a LlamaIndex LLM.
 
     Chat goes through the GGUF's chat template (``chat_template`` overrides it;
@@ -113,110 +105,18 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     format (:mod:`mtp_llm.chat`); the class implements ``FunctionCallingLLM`` and
     works with ``FunctionAgent``.
 
-    Per-call keyword options: ``max_tokens``, ``stop``, ``temperature``/``temp``,
-    ``top_k``, ``top_p``, ``min_p``, ``seed``, ``repeat_penalty``,
-    ``frequency_penalty``, ``presence_penalty``, ``penalty_last_n``,
-    ``grammar`` (GBNF), ``emit_stats_every``, ``timeout``, ``reasoning_budget`` override the
-    constructor defaults of the same names; ``n_draft`` sets the call's
+    Fields (derived from the one declaration of each option, as LangChain's are; see
+    :mod:`mtp_llm._fields`): every :class:`~mtp_llm.SessionOptions` field, every
+    :class:`~mtp_llm.GenerationOptions` field as an instance default (``temperature`` for
+    ``temp``; None = that class's default), where the model comes from (``model_path``,
+    ``repo_id``/``filename``/``revision``, ``model``, ``draft_model_path``, ``n_gpu_layers``,
+    ``use_mmap``, ``rpc_servers``), ``model_name``, and the chat settings ``chat_template``,
+    ``enable_thinking``, ``reasoning_effort``.
+
+    Per-call keyword options (``max_tokens``, ``stop``, ``temperature``/``temp``, ...)
+    override the instance defaults of the same names; ``n_draft`` sets the call's
     draft length ("auto", or up to the session's longest).
     """
-
-    # engine (identifies the shared native session)
-    model_path: str | None = Field(default=None, description="GGUF file; None = the built-in default model.")
-    repo_id: str | None = Field(
-        default=None, description="Hugging Face Hub repository to load from instead of model_path (mtp-llm[hub])."
-    )
-    filename: str | None = Field(default=None, description="File name or glob of the model in repo_id.")
-    revision: str | None = Field(default=None, description="Branch, tag or commit of repo_id (None = main).")
-    draft_model_path: str | None = Field(
-        default=None, description="mtp-*.gguf sidecar with the MTP head (None = the one beside or in the repo)."
-    )
-    n_draft: DraftLength = Field(
-        default="auto",
-        description='Draft tokens per step: "auto" (the engine picks each step\'s length), a fixed number, '
-        "or 0 = plain decoding.",
-    )
-    n_draft_max: int = Field(default=4, ge=1, description='Longest draft of n_draft="auto".')
-    p_min: float = Field(default=0.0, ge=0.0, le=1.0, description="Stop a draft below this confidence (0 = never).")
-    n_ctx: int = Field(default=2048, gt=0, description="Context size of the session.")
-    n_batch: int = Field(default=512, gt=0, description="Maximum tokens per decode call.")
-    n_threads: int | None = Field(default=None, gt=0, description="Decode threads (None = all cores).")
-    n_threads_batch: int | None = Field(default=None, gt=0, description="Prompt threads (None = n_threads).")
-    flash_attn: bool | None = Field(
-        default=None, description="None = auto (off on a CPU-only build, where it is slower); True/False to force."
-    )
-    type_k: str | None = Field(default=None, description='K cache type ("f16", "q8_0", ...; None = f16).')
-    type_v: str | None = Field(default=None, description='V cache type ("f16", "q8_0", ...; None = f16).')
-    offload_kqv: bool = Field(default=True, description="Keep the KV cache and attention on the GPU backend.")
-    rollback: str = Field(
-        default="auto",
-        description='Hybrid (recurrent) targets: "rs" rolls recurrent state back in place, "checkpoint" '
-        'saves/restores it each round; "auto" = "rs".',
-    )
-    cache_prompt: bool = Field(
-        default=True, description="Reuse the prompt prefix the session already holds (chat history)."
-    )
-    cache_size_mb: float = Field(
-        default=256.0, ge=0.0, description="Memory for saved states of other conversations (an LRU)."
-    )
-    fuse_catch_up: bool = Field(
-        default=True,
-        description="Decode the MTP head's catch-up with its first draft step (one head decode less per "
-        "iteration) where it applies; False = llama.cpp's own draft-mtp driver.",
-    )
-    grammar_drafts: bool = Field(
-        default=True, description="Draft the text a call's grammar forces (JSON keys, punctuation) without a head pass."
-    )
-    n_parallel: int = Field(
-        default=1,
-        gt=0,
-        description="Calls that run at once on the shared session (concurrent achat/acomplete, async query "
-        "engines): their drafts and verifies share each step's batches; n_ctx is divided among them.",
-    )
-    n_gpu_layers: int | None = Field(
-        default=None,
-        ge=-1,
-        description="Layers offloaded to GPU backends and RPC servers, counted from the last; -1 = all "
-        "(None = 0, or all with rpc_servers).",
-    )
-    use_mmap: bool = Field(default=True, description="Memory-map the model file.")
-    rpc_servers: list[str] | None = Field(
-        default=None,
-        description="host:port of `mtp-llm rpc-server` processes that hold offloaded layers (docs/scale-out.md); "
-        "checked before loading and before each call.",
-    )
-    chat_template: str | None = Field(default=None, description="Jinja chat template overriding the GGUF's.")
-    enable_thinking: bool = Field(
-        default=True, description="Let reasoning models think (templates with a switch); a call may pass its own."
-    )
-    reasoning_effort: str | None = Field(
-        default=None,
-        description="Passed to templates that read it (gpt-oss, Hunyuan's no_think/low/high); None: the template's "
-        "default. A call may pass its own.",
-    )
-
-    # generation defaults (None = the engine's default)
-    max_tokens: int = Field(default=256, gt=0, description="Maximum new tokens per call.")
-    temperature: float | None = Field(default=None, ge=0.0, description="Sampling temperature; 0 = greedy.")
-    top_k: int | None = Field(default=None, description="Top-k sampling.")
-    top_p: float | None = Field(default=None, description="Nucleus sampling.")
-    min_p: float | None = Field(default=None, description="Min-p sampling.")
-    seed: int | None = Field(default=None, description="Sampler seed (None = random per call).")
-    repeat_penalty: float | None = Field(default=None, description="Repetition penalty.")
-    frequency_penalty: float | None = Field(default=None, description="Frequency penalty.")
-    presence_penalty: float | None = Field(default=None, description="Presence penalty.")
-    penalty_last_n: int | None = Field(default=None, description="Tokens considered by the penalties.")
-    stop: list[str] | None = Field(default=None, description="Stop strings (a per-call stop replaces them).")
-    grammar: str | None = Field(default=None, description="GBNF grammar constraining every call.")
-    emit_stats_every: int = Field(default=0, ge=0, description="Dispatch an MTPStatsEvent every N tokens.")
-    timeout: float | None = Field(default=None, gt=0, description="Seconds before a call is stopped.")
-    reasoning_budget: int | None = Field(
-        default=None,
-        description="Most reasoning tokens of a chat turn whose format has a reasoning section: 0 = no reasoning, "
-        "N = at most N, then the section is closed (None = unlimited).",
-    )
-
-    _session: MTP | None = PrivateAttr(default=None)
 
     @classmethod
     def class_name(cls) -> str:
@@ -226,20 +126,18 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
 
     @property
     def session(self) -> MTP:
-        """The shared native session (loaded on first use)."""
-        if self._session is None:
-            self._session = get_session(EngineSpec.of(self))
-        return self._session
+        """The native session (loaded on first use, shared by instances with equal settings)."""
+        return self._engine()
 
     @property
     def metadata(self) -> LLMMetadata:
         session = self.session
         return LLMMetadata(
             context_window=session.n_ctx,
-            num_output=self.max_tokens,
+            num_output=self._call_options({}).max_tokens,
             is_chat_model=self._template() is not None,
             is_function_calling_model=True,
-            model_name=display_name(self.model_path, self.repo_id, self.filename),
+            model_name=self._display_name(),
         )
 
     def _template(self) -> str | None:
@@ -251,7 +149,7 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
     def _completion_call(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> _Call:
         if not formatted and self.completion_to_prompt is not None:
             prompt = self.completion_to_prompt(prompt)
-        return _Call(self, prompt, call_options(self, kwargs), turn=None)
+        return _Call(self, prompt, self._call_options(kwargs), turn=None)
 
     def _chat_call(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> _Call:
         kwargs = dict(kwargs)
@@ -261,17 +159,18 @@ class MTPLLM(FunctionCallingLLM, CustomLLM):
         enable_thinking = bool(kwargs.pop("enable_thinking", self.enable_thinking))
         reasoning_effort = kwargs.pop("reasoning_effort", self.reasoning_effort)
         template = self._template()
-        options = call_options(self, kwargs)
+        options = self._call_options(kwargs)
         if template is None and self.messages_to_prompt is not generic_messages_to_prompt and not tools:
             # No chat template anywhere, but the user gave LlamaIndex's own formatter.
             formatter = self.messages_to_prompt
             assert formatter is not None
             return _Call(self, formatter(list(messages)), options, turn=None)
-        names = [t["function"]["name"] for t in tools]
-        turn = chat_format(self.session.model, template or DEFAULT_CHAT_TEMPLATE).turn(
+        turn = chat_turn(
+            self.session,
+            template or DEFAULT_CHAT_TEMPLATE,
             [_openai_message(m) for m in messages],
             tools=tools,
-            tool_choice=normalize_tool_choice(tool_choice, names),
+            tool_choice=tool_choice,
             parallel_tool_calls=parallel,
             enable_thinking=enable_thinking,
             reasoning_effort=reasoning_effort,
@@ -399,7 +298,7 @@ class _Call:
         self.prompt = prompt
         self.options = options
         self.turn = turn
-        self.model_name = display_name(llm.model_path, llm.repo_id, llm.filename)
+        self.model_name = llm._display_name()
         self.span_id = active_span_id.get()
         self.text = ""
         """The answer's text so far (the content, for a chat turn)."""
@@ -493,18 +392,13 @@ class _Call:
         )
 
 
-class MTPEmbedding(BaseEmbedding):
+class MTPEmbedding(BaseEmbedding, EmbeddingFields):
     """Local embeddings computed by llama.cpp from a GGUF model's hidden states
     (mean-pooled, L2-normalised): offline RAG without another model.
 
-    Shares the loaded weights with :class:`MTPLLM` instances on the same file.
+    Shares the loaded weights with :class:`MTPLLM` instances on the same file. Fields:
+    ``model_path``, ``n_threads``, ``n_gpu_layers`` (the same as LangChain's ``MTPEmbeddings``).
     """
-
-    model_path: str | None = Field(default=None, description="GGUF file; None = the built-in default model.")
-    n_threads: int | None = Field(default=None, gt=0, description="Threads (None = all cores).")
-    n_gpu_layers: int = Field(default=0, ge=-1, description="Layers offloaded to a GPU backend (-1: all).")
-
-    _model: Model | None = PrivateAttr(default=None)
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("model_name", display_name(kwargs.get("model_path")))
@@ -517,12 +411,7 @@ class MTPEmbedding(BaseEmbedding):
     @property
     def model(self) -> Model:
         """The shared loaded model (loaded on first use)."""
-        if self._model is None:
-            self._model = get_model(resolve_model_path(self.model_path), n_gpu_layers=self.n_gpu_layers)
-        return self._model
-
-    def _embed(self, texts: list[str]) -> list[Embedding]:
-        return self.model.embed(texts, n_threads=self.n_threads)
+        return self._loaded_model()
 
     def _get_query_embedding(self, query: str) -> Embedding:
         return self._embed([query])[0]
@@ -551,19 +440,12 @@ def _openai_message(message: ChatMessage) -> dict[str, Any]:
     role = str(message.role.value if isinstance(message.role, MessageRole) else message.role)
     role = _ROLES.get(role, role)
     text = "".join(b.text for b in message.blocks if isinstance(b, TextBlock))
-    out: dict[str, Any] = {"role": role, "content": text}
-    calls = message.additional_kwargs.get(_TOOL_CALLS)
-    if role == "assistant" and calls:
-        out["tool_calls"] = [
-            {"id": c.get("id", ""), "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in calls
-        ]
+    calls = [ToolCall(c.get("id", ""), c["name"], c["arguments"]) for c in message.additional_kwargs.get(_TOOL_CALLS) or []]
     thinking = "".join(b.content or "" for b in message.blocks if isinstance(b, ThinkingBlock))
-    if role == "assistant" and thinking:
-        out["reasoning_content"] = thinking
-    if role == "tool" and message.additional_kwargs.get("tool_call_id"):
-        out["tool_call_id"] = str(message.additional_kwargs["tool_call_id"])
-    return out
+    call_id = message.additional_kwargs.get("tool_call_id")
+    return openai_message(
+        role, text, tool_calls=calls, reasoning=thinking, tool_call_id=str(call_id) if call_id else None
+    )
 
 
 def _openai_tool(tool: BaseTool | dict[str, Any]) -> dict[str, Any]:

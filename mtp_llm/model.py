@@ -99,10 +99,14 @@ class Model:
                 GPUUnavailableWarning,
                 stacklevel=2,
             )
-        native = _core.Model(
-            os.fspath(path), load_mtp, layers, use_mmap, use_mlock, servers, split, mtp_placement == "local",
-            rpc_timeout, mtp_device or "",
-        )
+        native_options = _core.ModelOptions()
+        for name, value in dict(
+            load_mtp=load_mtp, n_gpu_layers=layers, use_mmap=use_mmap, use_mlock=use_mlock, rpc_servers=servers,
+            tensor_split=split, mtp_local=mtp_placement == "local", rpc_timeout=rpc_timeout,
+            mtp_device=mtp_device or "",
+        ).items():
+            setattr(native_options, name, value)
+        native = _core.Model(os.fspath(path), native_options)
         options: dict[str, Any] = dict(n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock)
         if mtp_device is not None:
             options.update(mtp_device=mtp_device)

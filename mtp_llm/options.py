@@ -11,8 +11,13 @@ field of the same name in the native ``ContextOptions`` / ``GenerateOptions``
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
 import math
+import textwrap
+import typing
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, Union
 
@@ -21,8 +26,29 @@ from .errors import InvalidOptionError
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per call
 
-ROLLBACK_MODES = ("auto", "rs", "checkpoint")
-MAX_DRAFT = 16  # the engine's longest draft (kMaxDraftPositions)
+ROLLBACK_MODES: tuple[str, ...] = tuple(_core.ROLLBACK_MODES)
+"""Values of :attr:`SessionOptions.rollback` (the engine's ``kRollbackModes``)."""
+MAX_DRAFT: int = int(_core.MAX_DRAFT_POSITIONS)
+"""The engine's longest draft (``kMaxDraftPositions``)."""
+MAX_PARALLEL: int = int(_core.MAX_PARALLEL)
+"""Most slots of a session (``kMaxParallel``, llama.cpp's ``LLAMA_MAX_SEQ``)."""
+
+def option(
+    default: Any,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    choices: Sequence[str] | None = None,
+    attribute: str | None = None,
+) -> Any:
+    """A dataclass field with its bounds (read by :func:`option_specs`: the integrations' fields,
+    the CLI's flags and :meth:`SessionOptions.__post_init__` check them)."""
+    metadata: dict[str, Any] = {"ge": ge, "gt": gt, "le": le, "choices": tuple(choices) if choices is not None else None}
+    if attribute is not None:
+        metadata["attribute"] = attribute
+    return dataclasses.field(default=default, metadata=metadata)
+
 
 DraftLength = Union[int, Literal["auto"]]
 """A draft length: tokens per iteration (0 = plain decoding) or "auto"."""
@@ -38,38 +64,38 @@ class SessionOptions:
     ``n_draft_max``) from this session's measured costs and acceptance, so that
     MTP is used only where it is faster than plain decoding; an integer fixes
     the longest draft; 0 = plain decoding."""
-    n_draft_max: int = 4
+    n_draft_max: int = option(4, ge=1, le=MAX_DRAFT)
     """Longest draft of ``n_draft="auto"``."""
-    p_min: float = 0.0
+    p_min: float = option(0.0, ge=0.0, le=1.0)
     """Stop a draft at a token whose probability among the head's top 10 is below
     this (llama.cpp's draft p_min); 0 = never. Fixed and automatic lengths alike."""
-    n_ctx: int = 2048
+    n_ctx: int = option(2048, ge=16)
     """Context size of the target and MTP contexts, shared by the ``n_parallel`` slots (each
     holds ``n_ctx // n_parallel`` tokens, as llama-server's ``-c`` with ``-np``)."""
-    n_batch: int = 512
+    n_batch: int = option(512, ge=1)
     """Maximum tokens per decode call (prompt chunk size)."""
-    n_threads: int | None = None
+    n_threads: int | None = option(None, ge=1)
     """Decode threads (None = all cores)."""
-    n_threads_batch: int | None = None
+    n_threads_batch: int | None = option(None, ge=1)
     """Prompt/verify threads (None = ``n_threads``)."""
     flash_attn: bool | None = None
     """None = auto: off on a CPU-only build (ggml's CPU flash attention re-reads
     the KV cache per verify row; measured slower), llama.cpp's choice where a GPU
     backend exists; True/False to force."""
-    type_k: str | None = None
+    type_k: str | None = option(None, choices=CACHE_TYPES)
     """K cache type of both contexts ("f16", "q8_0", ...; None = f16)."""
-    type_v: str | None = None
+    type_v: str | None = option(None, choices=CACHE_TYPES)
     """V cache type of both contexts."""
     offload_kqv: bool = True
     """Keep the KV cache and attention on the GPU backend."""
-    rollback: str = "auto"
+    rollback: str = option("auto", choices=ROLLBACK_MODES)
     """Hybrid (recurrent) targets: "rs" rolls recurrent state back in place,
     "checkpoint" saves/restores it each round; "auto" = "rs"."""
     cache_prompt: bool = True
     """Keep what the contexts hold after a call and reuse the longest common token prefix
     of the next prompt (target and MTP head alike): a chat or agent loop that re-sends its
     history processes only what is new."""
-    cache_size_mb: float = 256.0
+    cache_size_mb: float = option(256.0, ge=0.0)
     """Memory for saved states of other conversations (an LRU): before a call replaces
     most of what the contexts hold, their state is saved, and a later call that shares
     more with a saved state than with the current one restores it. A saved state takes
@@ -86,7 +112,7 @@ class SessionOptions:
     those characters as they are, without a head pass (jump-forward as drafts; up to the
     call's longest draft per iteration). The target verifies them like any draft: output is
     unchanged. With the fused driver (``fuse_catch_up``); counted in ``drafts_forced``."""
-    n_parallel: int = 1
+    n_parallel: int = option(1, ge=1, le=MAX_PARALLEL)
     """Generations that run at once on this session (slots): each call takes a free slot
     (the one whose cached prefix matches its prompt best) and every step drafts and
     verifies all running calls in shared batches; more calls wait their turn. Between 1
@@ -96,8 +122,7 @@ class SessionOptions:
         _set(self, "n_draft", draft_length("n_draft", self.n_draft))
         for name in ("n_draft_max", "n_ctx", "n_batch", "n_parallel"):
             _set(self, name, _int(name, getattr(self, name)))
-        if not 1 <= self.n_draft_max <= MAX_DRAFT:
-            raise InvalidOptionError(f"n_draft_max must be between 1 and {MAX_DRAFT} (got {self.n_draft_max})")
+        _check_bounds(self, "n_draft_max")
         _set(self, "p_min", probability("p_min", self.p_min))
         size = self.cache_size_mb
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size < math.inf:
@@ -112,14 +137,21 @@ class SessionOptions:
         if self.flash_attn is not None and not isinstance(self.flash_attn, bool):
             raise InvalidOptionError(f"flash_attn must be True, False or None (got {self.flash_attn!r})")
         for name in ("type_k", "type_v"):
-            value = getattr(self, name)
-            if value is not None and value not in CACHE_TYPES:
-                raise InvalidOptionError(f"{name} must be one of {sorted(CACHE_TYPES)} (got {value!r})")
+            _check_bounds(self, name)
         for name in ("offload_kqv", "fuse_catch_up", "grammar_drafts", "cache_prompt"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidOptionError(f"{name} must be a bool (got {getattr(self, name)!r})")
-        if self.rollback not in ROLLBACK_MODES:
-            raise InvalidOptionError(f"rollback must be one of {ROLLBACK_MODES} (got {self.rollback!r})")
+        _check_bounds(self, "rollback")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> SessionOptions:
+        """Options from keyword arguments (those of :class:`mtp_llm.MTP`), naming the valid ones
+        when one is unknown."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise InvalidOptionError(f"unknown session option(s) {unknown}; valid options: {names}")
+        return cls(**kwargs)
 
     @property
     def may_draft(self) -> bool:
@@ -173,29 +205,37 @@ class GenerationOptions:
     PYTHON_ONLY: ClassVar[frozenset[str]] = frozenset({"emit_stats_every"})
     """Fields the Python layer handles itself (not passed to the engine)."""
     SAMPLING: ClassVar[frozenset[str]] = frozenset(
-        {"temp", "top_k", "top_p", "min_p", "seed", "repeat_penalty", "frequency_penalty", "presence_penalty",
-         "penalty_last_n", "grammar", "reasoning_budget"}
+        n for n in dir(_core.SamplingOptions) if not n.startswith("_") and n != "chat"
     )
-    """Fields of the engine's ``GenerateOptions.sampling`` part."""
+    """Fields of the engine's ``GenerateOptions.sampling`` part (read from the engine; its ``chat``
+    is set from a :class:`ChatGrammar` ``grammar``)."""
 
-    max_tokens: int = 256
+    max_tokens: int = option(256, ge=1)
     """Maximum number of tokens to generate."""
-    emit_stats_every: int = 0
+    emit_stats_every: int = option(0, ge=0)
     """Emit a StatsEvent every N tokens (0 = only at the end)."""
-    timeout: float | None = None
+    timeout: float | None = option(None, gt=0.0)
     """Seconds before the generation is stopped with GenerationTimeoutError."""
     stop: tuple[str, ...] = ()
     """Stop strings: generation ends when one appears; it is never emitted."""
-    temp: float = 0.8
-    """Sampling temperature; 0 samples greedily."""
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int = DEFAULT_SEED
-    repeat_penalty: float = 1.0
+    temp: float = option(0.8, ge=0.0, attribute="temperature")
+    """Sampling temperature; 0 samples greedily (``temperature`` in the integrations)."""
+    top_k: int = option(40, ge=0)
+    """Top-k sampling: keep the k most likely tokens (0 = the whole vocabulary)."""
+    top_p: float = option(0.95, ge=0.0, le=1.0)
+    """Nucleus sampling: keep the most likely tokens up to this total probability (1 = off)."""
+    min_p: float = option(0.05, ge=0.0, le=1.0)
+    """Min-p sampling: drop tokens less likely than this times the most likely one (0 = off)."""
+    seed: int = option(DEFAULT_SEED, ge=0, le=DEFAULT_SEED)
+    """Sampler seed; 0xFFFFFFFF (llama.cpp's default) = a random seed per call."""
+    repeat_penalty: float = option(1.0, gt=0.0)
+    """Repetition penalty on the last ``penalty_last_n`` tokens (1.0 = off)."""
     frequency_penalty: float = 0.0
+    """Penalty per earlier occurrence of a token in the last ``penalty_last_n`` tokens (0 = off)."""
     presence_penalty: float = 0.0
-    penalty_last_n: int = 64
+    """Penalty on tokens present in the last ``penalty_last_n`` tokens (0 = off)."""
+    penalty_last_n: int = option(64, ge=-1)
+    """Tokens the penalties look back on (-1 = the whole context, 0 = none)."""
     grammar: str | ChatGrammar | None = None
     """A GBNF grammar that constrains the output, or a chat layer's tool-call grammar."""
     n_draft: DraftLength | None = None
@@ -203,7 +243,7 @@ class GenerationOptions:
     session's longest draft (0 = plain decoding); "auto"."""
     cache_prompt: bool | None = None
     """Reuse the prompt prefix already in the contexts (None = the session's setting)."""
-    reasoning_budget: int = -1
+    reasoning_budget: int = option(-1, ge=-1)
     """Most tokens the model may write in its format's reasoning section (llama-server's
     ``--reasoning-budget``, through llama.cpp's reasoning-budget sampler): -1 = unlimited,
     0 = no reasoning (the section is closed at once), N = at most N tokens, then the end
@@ -213,8 +253,7 @@ class GenerationOptions:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             _set(self, field.name, _coerce(field.name, getattr(self, field.name)))
-        if self.max_tokens < 1:
-            raise InvalidOptionError(f"max_tokens must be at least 1 (got {self.max_tokens})")
+        _check_bounds(self, "max_tokens")
         if self.emit_stats_every < 0:
             raise InvalidOptionError("emit_stats_every must be >= 0 (0 = off)")
         if self.timeout is not None and not (self.timeout > 0 and math.isfinite(self.timeout)):
@@ -250,8 +289,19 @@ class GenerationOptions:
         return native
 
 
-_INT_FIELDS = {"max_tokens", "emit_stats_every", "top_k", "seed", "penalty_last_n"}
-_FLOAT_FIELDS = {"temp", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "timeout"}
+def _check_bounds(instance: object, name: str) -> None:
+    """InvalidOptionError unless field ``name`` of ``instance`` is within its declared bounds."""
+    cls: Any = type(instance)
+    spec = _specs_by_name(cls)[name]
+    value = getattr(instance, name)
+    if value is None:
+        return
+    if spec.choices is not None and value not in spec.choices:
+        raise InvalidOptionError(f"{name} must be one of {sorted(spec.choices)} (got {value!r})")
+    if spec.ge is not None and spec.le is not None and not spec.ge <= value <= spec.le:
+        raise InvalidOptionError(f"{name} must be between {spec.ge} and {spec.le} (got {value!r})")
+    if spec.ge is not None and spec.le is None and value < spec.ge:
+        raise InvalidOptionError(f"{name} must be at least {spec.ge} (got {value!r})")
 
 
 def _set(instance: object, name: str, value: Any) -> None:
@@ -291,9 +341,10 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise InvalidOptionError(f"cache_prompt must be True, False or None (got {value!r})")
         return value
-    if name in _INT_FIELDS:
+    kind = _specs_by_name(GenerationOptions)[name].scalar
+    if kind is int:
         return _int(name, value)
-    if name in _FLOAT_FIELDS:
+    if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidOptionError(f"{name} must be a number (got {value!r})")
         value = float(value)
@@ -336,3 +387,98 @@ def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
     if any(s == "" for s in stop):
         raise InvalidOptionError("stop strings must not be empty")
     return tuple(dict.fromkeys(stop))
+
+
+# ------------------------------------------------------------------ schema --
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionSpec:
+    """One option as declared in :class:`SessionOptions` or :class:`GenerationOptions`: what
+    :class:`~mtp_llm.MTP`'s keyword arguments, the LangChain and LlamaIndex fields and the CLI's
+    flags are derived from."""
+
+    name: str
+    type: Any
+    """The field's annotation, resolved (e.g. ``int | None``)."""
+    annotation: str
+    """The annotation as written (``"int | None"``, ``"DraftLength"``)."""
+    default: Any
+    doc: str
+    """The attribute docstring below the field, dedented."""
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    choices: tuple[str, ...] | None = None
+    attribute: str | None = None
+    """The integrations' name for the option when it differs (``temp`` -> ``temperature``)."""
+
+    @property
+    def scalar(self) -> type | None:
+        """``int``, ``float``, ``bool`` or ``str`` when the type is that (or that or None), else None."""
+        args = [a for a in typing.get_args(self.type) if a is not type(None)] or [self.type]
+        return args[0] if len(args) == 1 and args[0] in (int, float, bool, str) else None
+
+    @property
+    def optional(self) -> bool:
+        """Whether None is a value of the type."""
+        return type(None) in typing.get_args(self.type)
+
+    @property
+    def flag(self) -> str:
+        """The CLI flag (``n_draft_max`` -> ``--n-draft-max``)."""
+        return "--" + self.name.replace("_", "-")
+
+
+def option_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a class's fields (the string below each annotated name), as vLLM's
+    ``get_attr_docs`` reads them: each option's doc is written once, in its dataclass."""
+    return dict(_option_docs(cls))
+
+
+@functools.cache
+def _option_docs(cls: Any) -> tuple[tuple[str, str], ...]:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: list[tuple[str, str]] = []
+    for node, after in zip(body, body[1:]):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs.append((node.target.id, inspect.cleandoc(after.value.value)))
+    return tuple(docs)
+
+
+@functools.cache
+def option_specs(cls: Any) -> tuple[OptionSpec, ...]:
+    """The options of a dataclass of options (:class:`SessionOptions`, :class:`GenerationOptions`, the
+    integrations' :class:`~mtp_llm._integration.EngineSpec`), in declaration order."""
+    hints = typing.get_type_hints(cls, globalns=vars(inspect.getmodule(cls)), localns=globals())
+    docs = dict(_option_docs(cls))
+    specs = []
+    for field in dataclasses.fields(cls):
+        meta = field.metadata
+        specs.append(
+            OptionSpec(
+                name=field.name,
+                type=hints[field.name],
+                annotation=field.type if isinstance(field.type, str) else getattr(field.type, "__name__", repr(field.type)),
+                default=field.default,
+                doc=docs.get(field.name, ""),
+                ge=meta.get("ge"),
+                gt=meta.get("gt"),
+                le=meta.get("le"),
+                choices=meta.get("choices"),
+                attribute=meta.get("attribute"),
+            )
+        )
+    return tuple(specs)
+
+
+@functools.cache
+def _specs_by_name(cls: Any) -> dict[str, OptionSpec]:
+    return {spec.name: spec for spec in option_specs(cls)}

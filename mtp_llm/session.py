@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from . import _core
 from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
 from .model import Model
-from .options import DraftLength, GenerationOptions, SessionOptions
+from .options import DraftLength, GenerationOptions, SessionOptions, option_specs
 from .stats import DraftControllerEstimates, MTPStats
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._kwargs import SessionKwargs
 
 Prompt = str | bytes | Sequence[int]
 
@@ -101,9 +107,9 @@ class MTP:
     threads wait their turn, asyncio tasks await without blocking the loop.
     Statistics accumulate across calls (see :meth:`stats`).
 
-    The other keyword arguments (``n_draft``, ``n_draft_max``, ``p_min``, ``n_ctx``, ``n_batch``, ``n_threads``,
-    ``n_threads_batch``, ``flash_attn``, ``type_k``, ``type_v``, ``offload_kqv``,
-    ``rollback``, ``fuse_catch_up``, ``grammar_drafts``, ``cache_prompt``, ``cache_size_mb``, ``n_parallel``) are the fields of :class:`SessionOptions`, documented there;
+    The other keyword arguments are the fields of :class:`SessionOptions` (``n_draft``,
+    ``n_ctx``, ``n_parallel``, ...), with their defaults and documented there (the
+    signature of ``MTP`` lists them, derived from that one declaration);
     :meth:`from_options` takes a ``SessionOptions`` directly.
 
     Args:
@@ -113,6 +119,7 @@ class MTP:
             fetched with a hub model, or ``mtp-<name>.gguf`` beside a trunk-only target) when
             there is one; None uses none. The one used is :attr:`draft_model`.
         defaults: generation options each call starts from.
+        **options: :class:`SessionOptions` fields; an unknown name raises InvalidOptionError.
     """
 
     def __init__(
@@ -120,45 +127,10 @@ class MTP:
         model: Model,
         *,
         draft_model: Model | Literal["auto"] | None = "auto",
-        n_draft: DraftLength = "auto",
-        n_draft_max: int = 4,
-        p_min: float = 0.0,
-        n_ctx: int = 2048,
-        n_batch: int = 512,
-        n_threads: int | None = None,
-        n_threads_batch: int | None = None,
-        flash_attn: bool | None = None,
-        type_k: str | None = None,
-        type_v: str | None = None,
-        offload_kqv: bool = True,
-        rollback: str = "auto",
-        fuse_catch_up: bool = True,
-        grammar_drafts: bool = True,
-        cache_prompt: bool = True,
-        cache_size_mb: float = 256.0,
-        n_parallel: int = 1,
         defaults: GenerationOptions | None = None,
+        **options: Unpack[SessionKwargs],
     ) -> None:
-        options = SessionOptions(
-            n_draft=n_draft,
-            n_draft_max=n_draft_max,
-            p_min=p_min,
-            n_ctx=n_ctx,
-            n_batch=n_batch,
-            n_threads=n_threads,
-            n_threads_batch=n_threads_batch,
-            flash_attn=flash_attn,
-            type_k=type_k,
-            type_v=type_v,
-            offload_kqv=offload_kqv,
-            rollback=rollback,
-            fuse_catch_up=fuse_catch_up,
-            grammar_drafts=grammar_drafts,
-            cache_prompt=cache_prompt,
-            cache_size_mb=cache_size_mb,
-            n_parallel=n_parallel,
-        )
-        self._open(model, draft_model, options, defaults)
+        self._open(model, draft_model, SessionOptions.from_kwargs(**options), defaults)
 
     @classmethod
     def from_options(
@@ -440,6 +412,21 @@ class MTP:
 
     def __repr__(self) -> str:
         return f"MTP(model={self.model!r}, n_draft={self.n_draft}, n_ctx={self.n_ctx})"
+
+
+def _signature() -> inspect.Signature:
+    """``MTP(model, *, draft_model, defaults, **options)`` with ``options`` spelled out from
+    :class:`SessionOptions` (what ``help(MTP)`` and ``inspect.signature`` show)."""
+    own = inspect.signature(MTP.__init__)
+    params = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    params += [
+        inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=spec.default, annotation=spec.type)
+        for spec in option_specs(SessionOptions)
+    ]
+    return own.replace(parameters=params)
+
+
+MTP.__init__.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 class _EventStream:

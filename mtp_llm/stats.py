@@ -55,14 +55,13 @@ class DraftControllerEstimates:
     """Tokens between probes of drafting while plain decoding is faster."""
 
     @classmethod
-    def from_native(cls, d: Mapping[str, Any]) -> DraftControllerEstimates:
-        return cls(
-            acceptance=tuple(float(x) for x in d["acceptance"]),
-            iteration_us=tuple(float(x) for x in d["iteration_us"]),
-            expected_tokens_per_s=tuple(float(x) for x in d["expected_tokens_per_s"]),
-            choice=int(d["choice"]),
-            probe_interval=int(d["probe_interval"]),
-        )
+    def from_native(cls, native: Any) -> DraftControllerEstimates:
+        """Read the engine's ``ControllerEstimates`` field by field (the fields share their names)."""
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            value = getattr(native, field.name)
+            values[field.name] = tuple(float(x) for x in value) if isinstance(value, list) else int(value)
+        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build mtp_llm with ggml's Vulkan backend in its own venv and build directory, then run
-# the GPU equality tests (tests/test_gpu.py) on the Vulkan device: with Debian's
+# the GPU equality tests (tests/engine/test_gpu.py) on the Vulkan device: with Debian's
 # mesa-vulkan-drivers that is lavapipe, Vulkan in software on the CPU, so this runs on any machine.
 #   apt-get install libvulkan-dev glslc spirv-headers mesa-vulkan-drivers   (the script does it when run as root)
 # Not part of scripts/test.sh: the first build compiles ~150 shaders (tens of minutes on 2 cores).
@@ -77,5 +77,5 @@ export GGML_VK_VISIBLE_DEVICES="${GGML_VK_VISIBLE_DEVICES:-0}"
 "$PY" -m mtp_llm info
 # The CPU build's tokens and acceptance counts (scripts/setup.sh's venv) are the reference.
 mkdir -p build
-"${MTP_LLM_VENV:-.venv}/bin/python" tests/gpu_cases.py > build/gpu-reference.json
-MTP_LLM_GPU_REFERENCE=build/gpu-reference.json exec "$PY" -m pytest tests/test_gpu.py -p no:cacheprovider "$@"
+"${MTP_LLM_VENV:-.venv}/bin/python" tests/helpers/gpu_cases.py > build/gpu-reference.json
+MTP_LLM_GPU_REFERENCE=build/gpu-reference.json exec "$PY" -m pytest tests/engine/test_gpu.py -p no:cacheprovider "$@"

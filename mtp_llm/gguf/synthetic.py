@@ -31,7 +31,7 @@ How the weights steer the tokens (``R`` = :data:`_RESIDUAL_RMS`, ``d`` = ``n_emb
   ``acceptance``, independently (:func:`expected_counters` replays this exactly).
 
 Files are written streamed, one tensor at a time (a 150M f16 model in a few seconds), with
-names that encode every parameter, and cached under :func:`mtp_llm.default_model.cache_dir`
+names that encode every parameter, and cached under :func:`mtp_llm.cache.cache_dir`
 (``synthetic/``) unless a directory is given. Quantized formats (``q8_0``, ``q4_0``) quantize
 every matrix, the embeddings and the output matrix included, with ``gguf.quants``; noise
 matrices are drawn directly as quantized blocks (random codes with one scale), which is the
@@ -468,7 +468,7 @@ def synthetic_model(
     shape = size if isinstance(size, SyntheticShape) else synthetic_shape(size, n_vocab)
     spec = SyntheticSpec(shape=shape, acceptance=acceptance, fmt=fmt, seed=seed)
     if out_dir is None:
-        from ..default_model import cache_dir
+        from ..cache import cache_dir
 
         out_dir = cache_dir() / "synthetic"
     out = Path(out_dir)

@@ -1,0 +1,84 @@
+"""What every benchmark shares: the default prompts, interleaved runs, table output, the model to run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PROMPTS = [
+    "ROMEO: But soft, what light through yonder window breaks?",
+    "To be, or not to be, that is the question:",
+    "KING LEAR: Blow, winds, and crack your cheeks! rage! blow!",
+    "Of Man's first disobedience, and the fruit",
+]
+
+
+# A synthetic model's continuation depends only on the prompt's last token (it walks a fixed
+# token cycle from there), so its prompts end in distinct tokens: each walks its own stretch.
+SYNTHETIC_PROMPTS = [f"Synthetic model, walk {c}" for c in "abcdefghijklmnop"]
+
+
+
+def run_interleaved(
+    sessions: Mapping[Any, Any], prompts: Sequence[str], tokens: int, reps: int, warmup: int = 1
+) -> dict[Any, list[Any]]:
+    """Each repetition generates ``tokens`` tokens greedily for every prompt on every
+    session in turn, so machine noise hits them alike; returns each session's
+    ``MTPStats`` per measured repetition (after ``warmup`` unmeasured ones)."""
+    results: dict[Any, list[Any]] = {key: [] for key in sessions}
+    for rep in range(warmup + reps):
+        for key, session in sessions.items():
+            session.reset_stats()
+            for prompt in prompts:
+                session.generate(prompt, max_tokens=tokens, temp=0)
+            if rep >= warmup:
+                results[key].append(session.stats())
+    return results
+
+
+
+def median_span(values: Sequence[float]) -> str:
+    """``median (min-max)`` of tokens/s figures, as the tables print them."""
+    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+
+
+
+def write_table(table: str, out_dir: str | Path, name: str) -> Path:
+    """Print a markdown table and write it to ``out_dir/name``."""
+    print(table)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(table + "\n")
+    return out / name
+
+
+
+def load_prompts(path: str) -> list[str]:
+    """Prompts from a text file (one per line) or a JSON file (a list, or {"prompts": [...]})."""
+    text = Path(path).read_text()
+    if path.endswith(".json"):
+        data = json.loads(text)
+        return list(data["prompts"] if isinstance(data, dict) else data)
+    return [line for line in text.splitlines() if line.strip()]
+
+
+
+def resolve_model(args: argparse.Namespace) -> str | None:
+    """``--model``, or the synthetic model ``--synthetic/--acceptance/--format`` describe (written on first use)."""
+    if not getattr(args, "synthetic", None):
+        if getattr(args, "acceptance", None) is not None:
+            raise SystemExit("mtp-llm bench: --acceptance needs --synthetic SIZE")
+        return args.model  # type: ignore[no-any-return]
+    if args.model:
+        raise SystemExit("mtp-llm bench: pass --model or --synthetic, not both")
+    from ..gguf.synthetic import synthetic_model
+
+    start = time.perf_counter()
+    path = synthetic_model(args.synthetic, args.acceptance, args.format, n_vocab=args.vocab)
+    print(f"synthetic model: {path} ({time.perf_counter() - start:.1f} s)")
+    return str(path)

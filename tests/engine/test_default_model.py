@@ -1,0 +1,102 @@
+"""The shipped default model: size, tokenizer, export parity with PyTorch, losslessness, acceptance."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtp_llm import MTP, Model
+from mtp_llm.default_model import DEFAULT_MODEL_NAME, MODELS_DIR, default_model_path, default_split_paths
+from mtp_llm.parity import compare_with_reference
+
+from tests.helpers import THREADS, make_session
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = MODELS_DIR / "mtp-llm-default.reference.npz"
+HELD_OUT = json.loads((ROOT / "benchmarks" / "prompts" / "heldout.json").read_text())["prompts"]
+# Export parity: llama.cpp (f16 weights, f16 KV cache) against the float32 PyTorch model.
+PARITY_TOLERANCE = 2e-3
+
+
+@pytest.fixture(scope="module")
+def default_model() -> Model:
+    return Model.load_default()
+
+
+def test_default_model_is_shipped_and_small() -> None:
+    shipped = MODELS_DIR / DEFAULT_MODEL_NAME
+    assert default_model_path() == shipped
+    total = sum(p.stat().st_size for p in MODELS_DIR.iterdir())
+    assert total < 40 * 1024 * 1024
+
+
+def test_default_model_metadata(default_model: Model) -> None:
+    assert default_model.architecture == "hy_v3"
+    assert default_model.n_mtp_heads == 1 and default_model.has_mtp_head
+    assert default_model.n_vocab == 4096 and default_model.n_embd == 384
+
+
+def test_tokenizer_matches_training_tokenizer(default_model: Model) -> None:
+    cases = json.loads((MODELS_DIR / "mtp-llm-default.tokens.json").read_text())["cases"]
+    assert len(cases) >= 10
+    for case in cases:
+        assert default_model.tokenize(case["text"], add_special=False, parse_special=False) == case["ids"], case
+        assert default_model.detokenize(case["ids"]) == case["text"]
+
+
+def test_export_matches_pytorch_embedded() -> None:
+    diffs = compare_with_reference(MODELS_DIR / DEFAULT_MODEL_NAME, REFERENCE, n_threads=THREADS)
+    assert all(d < PARITY_TOLERANCE for d in diffs.values()), diffs
+
+
+def test_export_matches_pytorch_trunk_plus_sidecar() -> None:
+    trunk, sidecar = default_split_paths()
+    diffs = compare_with_reference(trunk, REFERENCE, sidecar=sidecar, n_threads=THREADS)
+    assert all(d < PARITY_TOLERANCE for d in diffs.values()), diffs
+
+
+@pytest.mark.parametrize("n_draft", [1, 2, 3, 4])
+def test_greedy_mtp_equals_plain_on_default_model(default_model: Model, n_draft: int) -> None:
+    plain = make_session(default_model, n_draft=0)
+    spec = make_session(default_model, n_draft=n_draft)
+    for prompt in HELD_OUT[:4]:
+        expected = [e.id for e in plain.stream_events(prompt, max_tokens=48, temp=0) if hasattr(e, "id")]
+        got = [e.id for e in spec.stream_events(prompt, max_tokens=48, temp=0) if hasattr(e, "id")]
+        assert got == expected
+    assert spec.stats().drafts_accepted > 0
+
+
+def test_split_default_model_equals_embedded(default_model: Model) -> None:
+    trunk, sidecar = default_split_paths()
+    split = make_session(Model.load(trunk), draft_model=Model.load(sidecar), n_draft=3)
+    embedded = make_session(default_model, n_draft=3)
+    for prompt in HELD_OUT[:2]:
+        assert split.generate(prompt, max_tokens=32, temp=0) == embedded.generate(prompt, max_tokens=32, temp=0)
+
+
+def acceptance_on_held_out(model: Model, n_draft: int) -> MTP:
+    session = make_session(model, n_draft=n_draft, n_ctx=1024)
+    for prompt in HELD_OUT:
+        session.generate(prompt, max_tokens=64, temp=0)
+    return session
+
+
+def test_acceptance_targets_on_held_out_prompts(default_model: Model) -> None:
+    one = acceptance_on_held_out(default_model, 1).stats()
+    three = acceptance_on_held_out(default_model, 3).stats()
+    assert one.acceptance_rate >= 0.6, one.summary()
+    assert three.mean_accepted_length >= 2.0, three.summary()
+
+
+def test_cli_generate_uses_default_model() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "generate", "--threads", "1", "--max-tokens", "24", "--json", "ROMEO:"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1 :])
+    assert report["stats"]["drafts_accepted"] > 0

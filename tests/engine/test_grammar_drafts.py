@@ -1,0 +1,141 @@
+"""Grammar-forced drafts (``SessionOptions.grammar_drafts``): text a call's grammar forces is
+drafted without a head pass and verified like any draft; output stays the target's."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tests.helpers import make_session
+
+from mtp_llm import MTP, Model, TokenEvent
+from mtp_llm.chat import json_schema_grammar
+
+# Every character forced, none of them in a merge of the tiny vocabulary: one token each.
+LITERAL = '{"x": 1, "y": 2}'
+LITERAL_GRAMMAR = "root ::= " + json.dumps(LITERAL)
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"enum": ["Paris", "London", "Tokyo"]},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "alerts": {"type": "boolean"},
+    },
+    "required": ["city", "unit", "days", "alerts"],
+    "additionalProperties": False,
+}
+
+PROMPTS = ["Hello", "Weather report:", "a", "The quick brown fox jumps over the lazy dog."]
+
+
+def token_ids(session: MTP, prompt: str, **opts: object) -> list[int]:
+    return [e.id for e in session.stream_events(prompt, **opts) if isinstance(e, TokenEvent)]
+
+
+@pytest.mark.parametrize("model_name", ["random", "accept100"])
+def test_a_fully_forced_answer_is_drafted_by_the_grammar_with_exact_stats(tiny_paths, model_name: str) -> None:
+    """16 forced characters, n_draft 4: passes draft 4, 4, 4 and 1 forced tokens; each is
+    accepted and the target adds one token per pass (the last one end-of-generation)."""
+    model = Model.load(tiny_paths[model_name])
+    session = make_session(model, n_draft=4)
+    text = session.generate("Hello", max_tokens=32, temp=0, grammar=LITERAL_GRAMMAR)
+    assert text == LITERAL
+    stats = session.last_stats
+    assert stats is not None
+    assert (stats.iters, stats.drafts_forced, stats.drafts_forced_accepted) == (4, 13, 13)
+    assert (stats.drafts_generated, stats.drafts_accepted) == (13, 13)
+    assert stats.tokens_emitted == len(LITERAL) + 1  # and the end-of-generation token
+    assert stats.mean_accepted_length == pytest.approx(1 + 13 / 4)
+    assert stats.head_acceptance_rate == 0.0
+    assert stats.draft_length_counts == (0, 1, 0, 0, 3)
+
+
+def test_grammar_drafts_off_leaves_the_head_drafting(random_model: Model) -> None:
+    session = make_session(random_model, n_draft=4, grammar_drafts=False)
+    assert session.generate("Hello", max_tokens=32, temp=0, grammar=LITERAL_GRAMMAR) == LITERAL
+    stats = session.last_stats
+    assert stats is not None and stats.drafts_forced == 0
+    assert stats.iters > 4  # the random head's drafts are mostly rejected: about one token a pass
+
+
+@pytest.mark.parametrize("n_draft", [1, 3, "auto"])
+@pytest.mark.parametrize("model_name", ["random", "accept33"])
+def test_greedy_output_under_a_json_schema_equals_plain_decoding(tiny_paths, model_name: str, n_draft) -> None:
+    model = Model.load(tiny_paths[model_name])
+    grammar = json_schema_grammar(SCHEMA)
+    plain = make_session(model, n_draft=0)
+    spec = make_session(model, n_draft=n_draft)
+    for prompt in PROMPTS:
+        expected = token_ids(plain, prompt, max_tokens=80, temp=0, grammar=grammar)
+        got = token_ids(spec, prompt, max_tokens=80, temp=0, grammar=grammar)
+        assert got == expected, (model_name, n_draft, prompt)
+        text = model.detokenize([t for t in got if not model.is_eog(t)])
+        assert set(json.loads(text)) == set(SCHEMA["properties"])
+    stats = spec.stats()
+    assert stats.drafts_forced > 0
+    assert stats.drafts_forced_accepted <= stats.drafts_forced
+    assert plain.stats().drafts_generated == 0
+
+
+def test_schema_output_takes_few_passes_per_token(random_model: Model) -> None:
+    """Keys, punctuation and the rest of each enum value are forced: with the random head
+    (nearly always wrong) each verify pass still commits several tokens."""
+    session = make_session(random_model, n_draft=4)
+    grammar = json_schema_grammar(SCHEMA)
+    for prompt in PROMPTS:
+        session.generate(prompt, max_tokens=80, temp=0, grammar=grammar)
+    stats = session.stats()
+    assert stats.mean_accepted_length >= 3.0, stats.summary()
+    assert stats.drafts_forced_accepted / stats.drafts_forced >= 0.9, stats.summary()
+
+
+def test_parallel_calls_draft_their_own_forced_text(random_model: Model) -> None:
+    import concurrent.futures
+
+    grammar = json_schema_grammar(SCHEMA)
+    plain = make_session(random_model, n_draft=0)
+    expected = {p: plain.generate(p, max_tokens=80, temp=0, grammar=grammar) for p in PROMPTS}
+    session = make_session(random_model, n_draft=3, n_parallel=4, n_ctx=2048)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        got = dict(zip(PROMPTS, pool.map(lambda p: session.generate(p, max_tokens=80, temp=0, grammar=grammar), PROMPTS)))
+    assert got == expected
+    assert session.stats().drafts_forced > 0
+
+
+# Chi-square critical value at significance 0.001 for 2 degrees of freedom (3 bins).
+CHI2_CRITICAL_DF2 = 13.82
+
+
+def test_sampled_output_under_a_grammar_follows_the_target_distribution(tiny_paths) -> None:
+    """At temp=1 under a grammar, with forced drafts ("xy" after each letter) and head drafts
+    ("a") both in play, the letters follow the target's distribution restricted to the
+    grammar's choices, and each seed gives plain decoding's tokens."""
+    from mtp_llm.gguf.tiny_models import SAMPLING_TOKENS
+    from mtp_llm.parity import forward_with_head
+
+    model = Model.load(tiny_paths["sampling"])
+    prompt = "Hi there"
+    logits = forward_with_head(model, model.tokenize(prompt))["trunk_logits"][-1]
+    weights = np.exp(logits - logits.max())
+    letters = [float(weights[t]) for t in SAMPLING_TOKENS]
+    target = [w / sum(letters) for w in letters]
+
+    grammar = 'root ::= ' + ' '.join(['[abc] "xy"'] * 8)  # no end before max_tokens
+    sampling = {"temp": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "max_tokens": 24, "grammar": grammar}
+    plain, spec = make_session(model, n_draft=0), make_session(model, n_draft=2)
+    counts = [0, 0, 0]
+    for seed in range(700):
+        ids = token_ids(spec, prompt, seed=seed, **sampling)
+        assert ids == token_ids(plain, prompt, seed=seed, **sampling), seed
+        for token in ids[3::3]:  # letters after the first, which is sampled before any draft
+            counts[SAMPLING_TOKENS.index(token)] += 1
+    stats = spec.stats()
+    assert stats.drafts_forced > 0 and stats.drafts_forced_accepted == stats.drafts_forced
+    assert stats.drafts_generated > stats.drafts_forced  # the head drafted the letters
+    chi2 = sum((c - sum(counts) * p) ** 2 / (sum(counts) * p) for c, p in zip(counts, target))
+    assert chi2 < CHI2_CRITICAL_DF2, (counts, target)
+    biased = [target[0] + 0.05, target[1] - 0.03, target[2] - 0.02]
+    assert sum((c - sum(counts) * p) ** 2 / (sum(counts) * p) for c, p in zip(counts, biased)) > CHI2_CRITICAL_DF2

@@ -1,0 +1,64 @@
+"""The CPU kernels of the ggml patch set (patches/llama.cpp/0001-0004) against a double-precision reference.
+
+`benchmarks/small_batch_matmul.cpp check` is compiled against the static ggml libraries this package was built
+with and multiplies f16 / q8_0 / q4_0 weights by 1..16 activation columns (the one-row path of plain decoding
+and every verify width), 1 and 2 threads, odd block counts and row counts that no tile divides. A patch that
+prefetches the wrong rows or splits the rows between threads wrongly shows up here as a wrong product, before
+any model test sees a changed token.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT / "benchmarks" / "small_batch_matmul.cpp"
+
+
+def _ggml_static_libs() -> tuple[Path, list[Path]]:
+    """The fetched tree's include dir and the CPU build's three ggml archives (the build keyed by compiler only)."""
+    if os.environ.get("MTP_LLM_LLAMA_CPP_DIR"):
+        pytest.skip("built against a user's own llama.cpp tree (MTP_LLM_LLAMA_CPP_DIR): the patch set is not applied")
+    tree = Path(
+        subprocess.run(
+            [sys.executable, str(ROOT / "cmake" / "fetch_llama_cpp.py")], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    )
+    builds = sorted(
+        p for p in Path(f"{tree}-build").glob("Release-*") if re.fullmatch(r"Release-[A-Za-z]+-[\d.]+", p.name)
+    )
+    assert builds, f"no CPU release build of {tree} (run scripts/setup.sh)"
+    src = builds[-1] / "ggml" / "src"
+    libs = [src / "libggml.a", src / "libggml-cpu.a", src / "libggml-base.a"]
+    assert all(lib.exists() for lib in libs), f"ggml static libraries missing under {src}"
+    return tree / "ggml" / "include", libs
+
+
+def test_patched_matmul_kernels_match_a_double_precision_reference(tmp_path: Path) -> None:
+    include, libs = _ggml_static_libs()
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    assert cxx, "a C++ compiler is needed to build the kernel check"
+    exe = tmp_path / "small_batch_matmul"
+    subprocess.run(
+        [cxx, "-O2", "-std=c++17", str(HARNESS), f"-I{include}", "-Wl,--start-group", *map(str, libs),
+         "-Wl,--end-group", "-lpthread", "-o", str(exe)],
+        check=True,
+    )
+    out = subprocess.run([str(exe), "check"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "check: all passed" in out.stdout
+    errors = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(\w+)\s+max \|err\|/max\|ref\|.*?: patched ([\d.e+-]+),", out.stdout, re.M)
+    }
+    assert set(errors) == {"f16", "q8_0", "q4_0"}, out.stdout
+    # "all passed": every case within 4x the unpatched path's error; and absolutely, f32 rounding of exact
+    # (q8_0/q4_0 integer) or f16-rounded products: 1e-6 to 1e-5 of the largest result
+    assert all(err < 5e-5 for err in errors.values()), errors
