@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ THREADS = int(os.environ.get("MTP_LLM_TEST_THREADS", "1"))
 CONVERT_PYTHON = Path(os.environ.get("MTP_LLM_CONVERT_VENV", REPO / ".venv-convert")) / "bin" / "python"
 
 # A Qwen3.5 text config in the Hub's shape, shrunk: 4 blocks (Gated DeltaNet, attention, ...), one MTP block.
-TEXT_CONFIG: dict[str, object] = {
+TEXT_CONFIG: dict[str, Any] = {
     "model_type": "qwen3_5_text",
     "hidden_size": 64,
     "intermediate_size": 128,
@@ -135,10 +136,10 @@ def _hf_tensors(seed: int) -> dict[str, np.ndarray]:
     trunk mostly emits a fixed successor of the current token; the MTP block is that successor map
     exactly (its attention and FFN add nothing), so its drafts are right part of the time."""
     c = TEXT_CONFIG
-    e, ff, vocab = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["vocab_size"])  # type: ignore[call-overload]
-    hd, nh, nkv = int(c["head_dim"]), int(c["num_attention_heads"]), int(c["num_key_value_heads"])  # type: ignore[call-overload]
-    kd, vd = int(c["linear_key_head_dim"]), int(c["linear_value_head_dim"])  # type: ignore[call-overload]
-    nk, nv = int(c["linear_num_key_heads"]), int(c["linear_num_value_heads"])  # type: ignore[call-overload]
+    e, ff, vocab = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["vocab_size"])
+    hd, nh, nkv = int(c["head_dim"]), int(c["num_attention_heads"]), int(c["num_key_value_heads"])
+    kd, vd = int(c["linear_key_head_dim"]), int(c["linear_value_head_dim"])
+    nk, nv = int(c["linear_num_key_heads"]), int(c["linear_num_value_heads"])
     conv = 2 * kd * nk + vd * nv
     rng = np.random.default_rng(seed)
     small = 0.05
@@ -175,7 +176,7 @@ def _hf_tensors(seed: int) -> dict[str, np.ndarray]:
             f"{prefix}.linear_attn.in_proj_z.weight": dense(vd * nv, e),
             f"{prefix}.linear_attn.in_proj_b.weight": dense(nv, e),
             f"{prefix}.linear_attn.in_proj_a.weight": dense(nv, e),
-            f"{prefix}.linear_attn.conv1d.weight": rng.standard_normal((conv, 1, int(c["linear_conv_kernel_dim"]))) * 0.5,  # type: ignore[call-overload]
+            f"{prefix}.linear_attn.conv1d.weight": rng.standard_normal((conv, 1, int(c["linear_conv_kernel_dim"]))) * 0.5,
             f"{prefix}.linear_attn.dt_bias": 0.5 * rng.standard_normal(nv),
             f"{prefix}.linear_attn.A_log": rng.uniform(-1.0, 0.5, nv),
             f"{prefix}.linear_attn.norm.weight": 1.0 + 0.1 * rng.standard_normal(vd),
@@ -190,7 +191,7 @@ def _hf_tensors(seed: int) -> dict[str, np.ndarray]:
         "model.language_model.norm.weight": np.zeros(e),
         "lm_head.weight": embed @ rotation,
     }
-    for i, kind in enumerate(c["layer_types"]):  # type: ignore[attr-defined]
+    for i, kind in enumerate(c["layer_types"]):
         prefix = f"model.language_model.layers.{i}"
         tensors |= delta_net(prefix) if kind == "linear_attention" else attention(prefix, small)
     head = attention("mtp.layers.0", 0.0)
