@@ -263,24 +263,57 @@ TRUNK = "Qwen3.5-6.6M-F32.gguf"  # the converter's default names: <name>-<size l
 HEAD = "mtp-Qwen3.5-F32.gguf"  # --mtp: "mtp-", and no size label
 
 
+# Runs the converter's main() once per set of flags, each in a child forked after the imports (torch,
+# transformers, the converter): the runs stay as separate as three processes, the imports are paid once.
+_DRIVER = r"""
+import os, sys, traceback
+tree, checkpoint, *runs = sys.argv[1:]
+sys.path.insert(0, tree)
+sys.argv = ["convert_hf_to_gguf.py"]
+import convert_hf_to_gguf
+from transformers import AutoTokenizer
+children = []
+for run in runs:
+    log, *flags = run.split("|")
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        sys.argv = ["convert_hf_to_gguf.py", checkpoint, *flags]
+        code = 0
+        try:
+            convert_hf_to_gguf.main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    children.append(pid)
+sys.exit(max(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children))
+"""
+
+
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The checkpoint converted three ways by the pinned converter (run at once, as three processes):
-    ``embedded`` (the default: trunk and head in one file), ``trunk`` (``--no-mtp``), ``head`` (``--mtp``)."""
+    """The checkpoint converted three ways by the pinned converter: ``embedded`` (no flag: trunk and
+    head in one file), ``trunk`` (``--no-mtp``) and ``head`` (``--mtp``), default file names."""
     assert CONVERT_PYTHON.is_file(), f"{CONVERT_PYTHON} is missing: run bash scripts/setup.sh (it makes .venv-convert)"
     tree = _llama_cpp_tree()
     root = tmp_path_factory.mktemp("converter")
     checkpoint = write_hf_qwen35(root / "Qwen3.5", tree / "models" / "ggml-vocab-gpt-2.gguf")
-    runs = {"embedded": [], "split": ["--no-mtp"], "head": ["--mtp"]}
-    procs = {}
-    for kind, flags in runs.items():
-        out = root / ("embedded" if kind == "embedded" else "split")
-        out.mkdir(exist_ok=True)
-        cmd = [str(CONVERT_PYTHON), str(tree / "convert_hf_to_gguf.py"), str(checkpoint), "--outtype", "f32", "--outfile", str(out), *flags]
-        procs[kind] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for kind, proc in procs.items():
-        log, _ = proc.communicate(timeout=240)
-        assert proc.returncode == 0, f"convert_hf_to_gguf.py ({kind}) failed:\n{log[-3000:]}"
+    (root / "embedded").mkdir()
+    (root / "split").mkdir()
+    runs = {"embedded": ["embedded"], "no-mtp": ["split", "--no-mtp"], "mtp": ["split", "--mtp"]}
+    specs = ["|".join([str(root / f"{kind}.log"), "--outtype", "f32", "--outfile", str(root / out), *flags])
+             for kind, (out, *flags) in runs.items()]
+    done = subprocess.run([str(CONVERT_PYTHON), "-c", _DRIVER, str(tree), str(checkpoint), *specs],
+                          capture_output=True, text=True, timeout=300)
+    logs = "\n".join(f"--- {kind}:\n" + (root / f"{kind}.log").read_text()[-2000:] for kind in runs)
+    assert done.returncode == 0, f"convert_hf_to_gguf.py failed ({done.stderr[-2000:]}):\n{logs}"
     return {"embedded": root / "embedded" / TRUNK, "trunk": root / "split" / TRUNK, "head": root / "split" / HEAD}
 
 
