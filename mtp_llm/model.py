@@ -280,6 +280,11 @@ class Model:
                 (the message says why each does not fit).
             AmbiguousDraftError: see :attr:`sidecar_path`.
         """
+        path = self._auto_sidecar()
+        return None if path is None else Model.load(path, **self._load_options)
+
+    def _auto_sidecar(self) -> Path | None:
+        """:attr:`sidecar_path`, raising when only files that do not fit are named as its head."""
         search = self._find_sidecar()
         if search.path is None and search.rejected:
             why = "; ".join(f"{p.name!r}: {reason}" for p, reason in search.rejected)
@@ -287,7 +292,7 @@ class Model:
                 f"'{self.path}' has no MTP head of its own, and the head files beside it do not fit it ({why}): "
                 "pass draft_model=Model.load(...) with the head made for this model, or n_draft=0 for plain decoding"
             )
-        return None if search.path is None else Model.load(search.path, **self._load_options)
+        return search.path
 
     @property
     def load_mtp(self) -> bool:

@@ -76,7 +76,7 @@ def head_mismatch(path: Path, target: TargetFacts) -> str | None:
     Reads the header only: metadata and tensor names."""
     try:
         facts: dict[str, Any] = _core.inspect_gguf(str(path))
-    except MTPError as exc:
+    except (MTPError, RuntimeError) as exc:
         return f"unreadable ({exc})"
     if facts["has_trunk"]:
         return "it holds trunk layers, not only a head"

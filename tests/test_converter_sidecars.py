@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -328,10 +329,13 @@ def _greedy(model: Model, draft: Model | None | str = "auto", n_draft: int = 3) 
 
 
 def _folder(tmp_path: Path, files: Mapping[str, Path]) -> dict[str, Path]:
-    """``files`` linked into ``tmp_path`` under new names (as ``--outfile NAME.gguf`` writes them)."""
+    """``files`` hard-linked into ``tmp_path`` under new names (as ``--outfile NAME.gguf`` writes them)."""
     out = {}
     for name, source in files.items():
-        (tmp_path / name).symlink_to(source)
+        try:
+            os.link(source, tmp_path / name)
+        except OSError:  # another file system
+            shutil.copyfile(source, tmp_path / name)
         out[name] = tmp_path / name
     return out
 
@@ -392,8 +396,21 @@ def test_two_fitting_heads_are_ambiguous(converted: dict[str, Path], tmp_path: P
         MTP(trunk, n_threads=THREADS)
     session = MTP(trunk, draft_model=Model.load(files["b.gguf"]), n_threads=THREADS)  # the way out
     assert session.draft_model is not None and session.draft_model.path == files["b.gguf"]
-    (tmp_path / "mtp-qwen.gguf").symlink_to(converted["head"])  # or the name of the package's rule
+    _folder(tmp_path, {"mtp-qwen.gguf": converted["head"]})  # or the name of the package's rule
     assert trunk.sidecar_path == tmp_path / "mtp-qwen.gguf"
+
+
+def test_integrations_take_the_converters_head(converted: dict[str, Path], tmp_path: Path) -> None:
+    pytest.importorskip("langchain_core")
+    from mtp_llm.langchain import MTPLLM
+
+    llm = MTPLLM(model_path=str(converted["trunk"]), n_threads=THREADS, n_ctx=256, n_draft=3, temperature=0)
+    assert llm.client.draft_model is not None and llm.client.draft_model.path == converted["head"]
+    files = _folder(tmp_path, {"qwen.gguf": converted["trunk"], "a.gguf": converted["head"], "b.gguf": converted["head"]})
+    with pytest.raises(AmbiguousDraftError, match="'a.gguf', 'b.gguf'"):
+        _ = MTPLLM(model_path=str(files["qwen.gguf"]), n_threads=THREADS, n_ctx=256).client
+    chosen = MTPLLM(model_path=str(files["qwen.gguf"]), draft_model_path=str(files["b.gguf"]), n_threads=THREADS, n_ctx=256)
+    assert chosen.client.draft_model is not None and chosen.client.draft_model.path == files["b.gguf"]
 
 
 def test_a_named_head_of_another_model_is_not_used(
@@ -404,7 +421,7 @@ def test_a_named_head_of_another_model_is_not_used(
     assert trunk.sidecar_path is None
     with pytest.raises(IncompatibleDraftError, match=r"'mtp-qwen.gguf': its architecture is 'hy_v3', the target's 'qwen35'"):
         MTP(trunk, n_threads=THREADS)
-    (tmp_path / "head.gguf").symlink_to(converted["head"])
+    _folder(tmp_path, {"head.gguf": converted["head"]})
     assert trunk.sidecar_path == tmp_path / "head.gguf"
 
 
