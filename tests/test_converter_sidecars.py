@@ -26,7 +26,7 @@ import pytest
 from mtp_llm import MTP, AmbiguousDraftError, IncompatibleDraftError, Model, TokenEvent
 from mtp_llm.sidecars import sidecar_names
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())  # wherever tests/ nests it
 THREADS = int(os.environ.get("MTP_LLM_TEST_THREADS", "1"))
 CONVERT_PYTHON = Path(os.environ.get("MTP_LLM_CONVERT_VENV", REPO / ".venv-convert")) / "bin" / "python"
 
