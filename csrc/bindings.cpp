@@ -113,6 +113,25 @@ PYBIND11_MODULE(_core, m) {
     m.def("single_head_mtp_architectures", &mtp::single_head_mtp_architectures,
           "Architectures whose MTP graph runs exactly one head.");
 
+    m.def("inspect_gguf", [](const std::string & path) {
+        mtp::GgufInfo info;
+        {
+            py::gil_scoped_release release;
+            info = mtp::inspect_gguf(path);
+        }
+        py::dict facts;
+        facts["architecture"] = info.architecture;
+        facts["n_embd"] = info.n_embd;
+        facts["n_vocab"] = info.n_vocab;
+        facts["n_nextn"] = info.n_nextn;
+        facts["block_count"] = info.block_count;
+        facts["has_trunk"] = info.has_trunk;
+        facts["has_mtp_tensors"] = info.has_mtp_tensors;
+        return facts;
+    }, py::arg("path"),
+          "What a GGUF header says (metadata and tensor names only, no weights read): architecture, n_embd, "
+          "n_vocab, n_nextn, block_count, has_trunk, has_mtp_tensors. Raises ModelLoadError on a bad file.");
+
     m.def("list_backends", &mtp::list_backends, "Names of the ggml backends in this build (CPU, CUDA, Vulkan, ...).");
     m.def("list_devices", [] {
         py::list out;

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from .errors import (
+    AmbiguousDraftError,
     ChatParseError,
     ChatTemplateError,
     ContextOverflowError,
@@ -39,6 +40,7 @@ __all__ = [
     "MTP",
     "MTP_ARCHITECTURES",
     "STATS_KEY",
+    "AmbiguousDraftError",
     "ChatParseError",
     "ChatTemplateError",
     "ContextOverflowError",

@@ -205,8 +205,9 @@ def _load_target(spec: EngineSpec) -> tuple[Model, Path | None]:
 def _new_session(model: Model, spec: EngineSpec, sidecar: Path | None = None) -> MTP:
     """A session on ``model``: the sidecar head named by ``spec``, else the repository's, else
     the one beside the file (loaded once per process)."""
-    auto = model.sidecar_path if spec.session_options.may_draft else None
-    path = spec.draft_model_path or sidecar or auto
+    path = spec.draft_model_path or sidecar
+    if path is None and spec.session_options.may_draft:
+        path = model._auto_sidecar()
     draft = (
         get_model(os.fspath(path), n_gpu_layers=spec.n_gpu_layers, use_mmap=spec.use_mmap, rpc_servers=spec.rpc_servers)
         if path

@@ -24,6 +24,11 @@ class IncompatibleDraftError(MTPError, ValueError):
     """The sidecar draft model does not match the target (width, vocabulary, architecture)."""
 
 
+class AmbiguousDraftError(MTPError, ValueError):
+    """``draft_model="auto"`` found several MTP head files that fit a trunk-only target (none
+    named after it): the message lists them; pass the one to use as ``draft_model``."""
+
+
 class ContextOverflowError(MTPError, ValueError):
     """The prompt plus ``max_tokens`` does not fit in the session's context."""
 
@@ -76,6 +81,7 @@ class DecodeError(MTPError, RuntimeError):
 
 
 __all__ = [
+    "AmbiguousDraftError",
     "ChatParseError",
     "ChatTemplateError",
     "ContextOverflowError",

@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from .errors import ModelLoadError
+from .sidecars import sidecar_names
 
 __all__ = ["HubFiles", "pretrained_files", "sidecar_names", "split_group"]
 
@@ -229,7 +230,8 @@ def _choose(repo: _Repo, pattern: str, spec: _Spec, *, heads: bool = False) -> l
 
 
 def _sidecar_name(repo: _Repo, mtp_filename: str | None, target: str, spec: _Spec) -> str | None:
-    """The repository's MTP head for ``target``: ``mtp_filename``, else ``mtp-<target>``, else its only ``mtp-*.gguf``."""
+    """The repository's MTP head for ``target``: ``mtp_filename``, else the first of :func:`sidecar_names`
+    (``mtp-<target>``, the converter's ``mtp-<target without size label>``), else its only ``mtp-*.gguf``."""
     if mtp_filename is not None:
         return _choose(repo, mtp_filename, spec, heads=True)[0]
     heads = [n for n in repo.files if _is_sidecar(n) and n.endswith(".gguf")]
@@ -240,16 +242,6 @@ def _sidecar_name(repo: _Repo, mtp_filename: str | None, target: str, spec: _Spe
     if len(heads) > 1:
         raise spec.error(f"the target has no MTP head and the repository has several: {_listing(heads)}; pass mtp_filename")
     return heads[0] if heads else None
-
-
-def sidecar_names(target: str) -> list[str]:
-    """File names of the sidecar head made for ``target``: ``mtp-<stem>.gguf`` (a split target's stem without ``-0000k-of-0000N``)."""
-    base = target.rsplit("/", 1)[-1]
-    names = [f"mtp-{base}"]
-    match = _SPLIT.match(base)
-    if match is not None:
-        names.append(f"mtp-{match['prefix']}.gguf")
-    return names
 
 
 def _is_sidecar(name: str) -> bool:

@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from . import _core
 from .devices import GPUUnavailableWarning
-from .errors import InvalidOptionError, InvalidPromptError
+from .errors import IncompatibleDraftError, InvalidOptionError, InvalidPromptError
+from .sidecars import HeadSearch, TargetFacts, find_head
 
 Message = Mapping[str, Any] | tuple[str, str]
 
@@ -250,26 +251,52 @@ class Model:
 
     @property
     def sidecar_path(self) -> Path | None:
-        """The ``mtp-*.gguf`` head that ``MTP(model)`` (``draft_model="auto"``) loads: the one
+        """The MTP head file that ``MTP(model)`` (``draft_model="auto"``) loads: the one
         :meth:`from_pretrained` fetched with this model, else, for a target without its own
-        head, ``mtp-<name>.gguf`` beside the file (a split target: ``mtp-<name without
-        -00001-of-0000N>.gguf`` too); None when there is none."""
-        if self._sidecar is not None:
-            return self._sidecar
-        if not self.needs_sidecar:
-            return None
-        from .hub import sidecar_names
+        head, the head beside the file (see :mod:`mtp_llm.sidecars`): ``mtp-<name>.gguf``,
+        the converter's ``mtp-<name without size label>.gguf``, or the one other GGUF there
+        whose metadata makes it a head for this model; None when there is none.
 
-        for name in sidecar_names(self.path.name):
-            candidate = self.path.with_name(name)
-            if candidate.is_file():
-                return candidate
-        return None
+        Raises:
+            AmbiguousDraftError: several files beside it are heads for it and none is named after it.
+        """
+        return self._find_sidecar().path
+
+    def _find_sidecar(self) -> HeadSearch:
+        if self._sidecar is not None:
+            return HeadSearch(self._sidecar)
+        if not self.needs_sidecar:
+            return HeadSearch(None)
+        facts = TargetFacts(
+            architecture=self.architecture,
+            n_embd=self.n_embd,
+            n_vocab=self.n_vocab,
+            n_trunk_layers=self.n_layer,  # llama.cpp counts the trunk only
+            n_heads=self.n_mtp_heads,
+        )
+        return find_head(self.path, facts, scan=self.has_mtp_graph)
 
     def load_sidecar(self) -> Model | None:
-        """Load :attr:`sidecar_path` with this model's load options (None when there is none)."""
-        path = self.sidecar_path
+        """Load :attr:`sidecar_path` with this model's load options (None when there is none).
+
+        Raises:
+            IncompatibleDraftError: no head fits, but files named as this model's head are there
+                (the message says why each does not fit).
+            AmbiguousDraftError: see :attr:`sidecar_path`.
+        """
+        path = self._auto_sidecar()
         return None if path is None else Model.load(path, **self._load_options)
+
+    def _auto_sidecar(self) -> Path | None:
+        """:attr:`sidecar_path`, raising when only files that do not fit are named as its head."""
+        search = self._find_sidecar()
+        if search.path is None and search.rejected:
+            why = "; ".join(f"{p.name!r}: {reason}" for p, reason in search.rejected)
+            raise IncompatibleDraftError(
+                f"'{self.path}' has no MTP head of its own, and the head files beside it do not fit it ({why}): "
+                "pass draft_model=Model.load(...) with the head made for this model, or n_draft=0 for plain decoding"
+            )
+        return search.path
 
     @property
     def load_mtp(self) -> bool:

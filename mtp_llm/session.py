@@ -116,8 +116,9 @@ class MTP:
         model: the target model (with an embedded MTP head unless ``draft_model``).
         draft_model: a sidecar model holding the MTP head (``mtp-*.gguf``), loaded with
             ``load_mtp=True``; ``"auto"`` (the default) loads ``model.sidecar_path`` (the head
-            fetched with a hub model, or ``mtp-<name>.gguf`` beside a trunk-only target) when
-            there is one; None uses none. The one used is :attr:`draft_model`.
+            fetched with a hub model, or the head file beside a trunk-only target: named
+            ``mtp-<name>.gguf`` or as llama.cpp's converter names it, checked by its metadata)
+            when there is one; None uses none. The one used is :attr:`draft_model`.
         defaults: generation options each call starts from.
         **options: :class:`SessionOptions` fields; an unknown name raises InvalidOptionError.
     """
@@ -165,7 +166,7 @@ class MTP:
             raise InvalidOptionError(f"draft_model must be an mtp_llm.Model (got {type(draft_model).__name__})")
         self.model = model
         self.draft_model = draft_model
-        """The sidecar MTP head in use (its file: ``draft_model.path``), or None."""
+        """The sidecar MTP head in use (the file picked: ``draft_model.path``), or None."""
         self.session_options = options
         """The options this session was created with."""
         self.defaults = defaults or GenerationOptions()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Create the virtual environment and build the package (idempotent, incremental).
 # llama.cpp is fetched once into ~/.cache/mtp_llm; objects are cached by ccache.
+# llama.cpp's converter gets an environment of its own (.venv-convert, scripts/convert-requirements.txt);
+# MTP_LLM_CONVERT_VENV moves it, MTP_LLM_CONVERT_VENV=none skips it (tests/test_converter_sidecars.py then fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${MTP_LLM_VENV:-.venv}"
@@ -19,3 +21,16 @@ PY="$VENV/bin/python"
 start=$(date +%s)
 "$PY" -m pip install -q --disable-pip-version-check --no-build-isolation -e ".[$EXTRAS]"
 echo "setup: package built and installed in $(( $(date +%s) - start ))s" >&2
+
+CONVERT_VENV="${MTP_LLM_CONVERT_VENV:-.venv-convert}"
+if [ "$CONVERT_VENV" != none ]; then
+  REQS=scripts/convert-requirements.txt
+  STAMP="$CONVERT_VENV/.mtp_llm_requirements"
+  if [ ! -x "$CONVERT_VENV/bin/python" ] || ! cmp -s "$REQS" "$STAMP"; then
+    start=$(date +%s)
+    [ -x "$CONVERT_VENV/bin/python" ] || python3 -m venv "$CONVERT_VENV"
+    "$CONVERT_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQS"
+    cp "$REQS" "$STAMP"
+    echo "setup: converter environment $CONVERT_VENV ready in $(( $(date +%s) - start ))s" >&2
+  fi
+fi
