@@ -44,7 +44,8 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from operator import itemgetter
+from typing import Any, Literal
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
@@ -73,15 +74,17 @@ from langchain_core.outputs import (
     GenerationChunk,
     LLMResult,
 )
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import Field
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from pydantic import BaseModel, Field
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
 from ._integration import chat_turn, openai_message, stats_payload
 from ._langchain_runs import Targeter, areport, report, run_target, stream_target, streaming_config
-from .chat import ChatDelta, ChatTurn, ToolCall, normalize_tool_choice
+from .chat import ChatDelta, ChatTurn, ToolCall, json_schema_grammar, normalize_tool_choice
+from .errors import InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .options import GenerationOptions
 from .session import MTP
@@ -494,6 +497,50 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
         formatted = [convert_to_openai_tool(t) for t in tools]
         normalize_tool_choice(tool_choice, [str(t["function"]["name"]) for t in formatted])  # fail early
         return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type,
+        *,
+        method: Literal["json_schema", "function_calling", "json_mode"] = "json_schema",
+        include_raw: bool = False,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, Any]:
+        """Answers as data matching ``schema`` (a pydantic model, TypedDict, JSON schema or tool).
+
+        Args:
+            schema: What the answer must match; a pydantic model gives instances of it, anything
+                else a dict.
+            method: "json_schema" (default): the answer is generated under a grammar built from
+                the schema (compact JSON: keys and punctuation are drafted from the grammar, see
+                ``grammar_drafts``), so it always parses and matches it. "function_calling": the
+                schema as a forced tool call (``bind_tools(..., tool_choice="any")``).
+                "json_mode": any JSON object.
+            include_raw: Return ``{"raw": AIMessage, "parsed": ..., "parsing_error": ...}``.
+            **kwargs: For "function_calling", passed on to LangChain's implementation.
+
+        Returns:
+            A runnable giving the parsed answer.
+        """
+        if method == "function_calling":
+            return super().with_structured_output(schema, include_raw=include_raw, **kwargs)
+        if method not in ("json_schema", "json_mode"):
+            raise InvalidOptionError(f'method must be "json_schema", "function_calling" or "json_mode" (got {method!r})')
+        json_schema = convert_to_json_schema(schema) if method == "json_schema" else {"type": "object"}
+        llm = self.bind(
+            grammar=json_schema_grammar(json_schema),
+            ls_structured_output_format={"kwargs": {"method": method}, "schema": json_schema},
+        )
+        parser: Runnable[Any, Any] = (
+            PydanticOutputParser(pydantic_object=schema)
+            if isinstance(schema, type) and issubclass(schema, BaseModel)
+            else JsonOutputParser()
+        )
+        if not include_raw:
+            return llm | parser
+        parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
+        failed = RunnablePassthrough.assign(parsed=lambda _: None)
+        return RunnableMap(raw=llm) | parsed.with_fallbacks([failed], exception_key="parsing_error")
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.base.llms.generic_utils import messages_to_prompt as generic_messages_to_prompt
@@ -52,12 +52,16 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.instrumentation.events.llm import LLMStructuredPredictEndEvent, LLMStructuredPredictStartEvent
+from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools.types import BaseTool
+from llama_index.core.types import PydanticProgramMode
+from pydantic import BaseModel
 from llama_index_instrumentation.base import BaseEvent
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
 from ._integration import chat_turn, display_name, openai_message, stats_payload
-from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall
+from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall, json_schema_grammar
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
 from .options import GenerationOptions
@@ -67,6 +71,7 @@ from .stats import STATS_KEY, MTPStats
 __all__ = ["MTPLLM", "STATS_KEY", "MTPEmbedding", "MTPStatsEvent"]
 
 dispatcher = get_dispatcher(__name__)
+Model_ = TypeVar("Model_", bound=BaseModel)
 
 _TOOL_CALLS = "tool_calls"
 """Key of the tool calls in an assistant message's ``additional_kwargs``."""
@@ -253,6 +258,46 @@ class MTPLLM(FunctionCallingLLM, CustomLLM, ChatFields, LLMFields):
 
         return gen()
 
+    # --------------------------------------------------- structured output --
+
+    def structured_predict(
+        self,
+        output_cls: type[Model_],
+        prompt: PromptTemplate,
+        llm_kwargs: dict[str, Any] | None = None,
+        **prompt_args: Any,
+    ) -> Model_:
+        """An instance of ``output_cls``, generated under a grammar built from its JSON schema
+        (compact JSON, so it always parses and validates; keys and punctuation are drafted from
+        the grammar). With ``pydantic_program_mode`` other than DEFAULT, LlamaIndex's program."""
+        if self.pydantic_program_mode != PydanticProgramMode.DEFAULT:
+            predicted: Model_ = super().structured_predict(output_cls, prompt, llm_kwargs, **prompt_args)
+            return predicted
+        dispatcher.event(LLMStructuredPredictStartEvent(output_cls=output_cls, template=prompt, template_args=prompt_args))
+        messages = prompt.format_messages(llm=self, **prompt_args)
+        response = self.chat(messages, **_structured_kwargs(output_cls, llm_kwargs))
+        result: Model_ = output_cls.model_validate_json(response.message.content or "")
+        dispatcher.event(LLMStructuredPredictEndEvent(output=result))
+        return result
+
+    async def astructured_predict(
+        self,
+        output_cls: type[Model_],
+        prompt: PromptTemplate,
+        llm_kwargs: dict[str, Any] | None = None,
+        **prompt_args: Any,
+    ) -> Model_:
+        """:meth:`structured_predict` without blocking the event loop."""
+        if self.pydantic_program_mode != PydanticProgramMode.DEFAULT:
+            apredicted: Model_ = await super().astructured_predict(output_cls, prompt, llm_kwargs, **prompt_args)
+            return apredicted
+        dispatcher.event(LLMStructuredPredictStartEvent(output_cls=output_cls, template=prompt, template_args=prompt_args))
+        messages = prompt.format_messages(llm=self, **prompt_args)
+        response = await self.achat(messages, **_structured_kwargs(output_cls, llm_kwargs))
+        result: Model_ = output_cls.model_validate_json(response.message.content or "")
+        dispatcher.event(LLMStructuredPredictEndEvent(output=result))
+        return result
+
     # -------------------------------------------------------- tool calling --
 
     def _prepare_chat_with_tools(
@@ -433,6 +478,10 @@ class MTPEmbedding(BaseEmbedding, EmbeddingFields):
 
 
 # ------------------------------------------------------------------ helpers --
+
+
+def _structured_kwargs(output_cls: type[BaseModel], llm_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    return {**(llm_kwargs or {}), "grammar": json_schema_grammar(output_cls.model_json_schema())}
 
 
 def _openai_message(message: ChatMessage) -> dict[str, Any]:
