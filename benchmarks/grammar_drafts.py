@@ -44,7 +44,16 @@ CONFIGS = {
     "plain": {"n_draft": 0},
     "head only": {"n_draft": 4, "grammar_drafts": False},
     "grammar + head": {"n_draft": 4, "grammar_drafts": True},
+    "default (auto, grammar)": {},
+    "auto, head only": {"grammar_drafts": False},
 }
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -52,7 +61,7 @@ def main() -> None:
     parser.add_argument("model", nargs="?", default="random", help="a GGUF with an MTP head, or 'random' (tiny test model)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--max-tokens", type=int, default=192)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/grammar_drafts"))
     args = parser.parse_args()
 
@@ -93,7 +102,7 @@ def main() -> None:
             "head_acceptance": st.head_acceptance_rate,
         })
     header = (f"Model {path.name}, {args.threads} thread(s), {len(PROMPTS)} prompts x {args.max_tokens} tokens max, "
-              f"median of {args.reps} interleaved repetitions; CPU: {platform.processor() or platform.machine()}")
+              f"median of {args.reps} interleaved repetitions; CPU: {cpu_name()}")
     lines = [header, "", "| config | t/s | x plain | tokens / verify pass | forced drafts | forced accepted | head accepted |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
