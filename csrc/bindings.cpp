@@ -382,6 +382,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("n_draft_max", [](const mtp::Session & self) { return mtp::longest_draft(self.options()); })
         .def_property_readonly("rollback_mode", &mtp::Session::rollback_mode)
         .def_property_readonly("flash_attn", &mtp::Session::flash_attn)
+        .def_property_readonly("n_threads", &mtp::Session::n_threads)
         .def_property_readonly("mtp_driver", &mtp::Session::mtp_driver)
         .def_property_readonly("devices", &mtp::Session::devices);
 }

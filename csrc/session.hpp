@@ -64,6 +64,7 @@ public:
     int32_t n_ctx_slot() const;  // one generation's context
     std::string rollback_mode() const;  // "none", "partial", "rs", "checkpoint"
     std::string flash_attn() const;     // "on", "off", or "auto" (llama.cpp decides per device)
+    int32_t n_threads() const { return n_threads_; }  // compute threads of a decode (n_threads unset: all cores)
     std::string mtp_driver() const;     // the draft source: "fused", "upstream" or "none"
     uint64_t cache_bytes() const;       // both contexts' caches (KV cells, recurrent state), all slots
     // Where each context runs: "target" (and "mtp" with a head) -> the devices holding its

@@ -242,6 +242,11 @@ class MTP:
         return {name: sorted(devs, key=lambda d: d != "CPU") for name, devs in self._native.devices.items()}
 
     @property
+    def n_threads(self) -> int:
+        """Compute threads each decode runs on (``n_threads``, or every core when it is unset)."""
+        return int(self._native.n_threads)
+
+    @property
     def flash_attn(self) -> str:
         """Flash attention in effect: "on", "off", or "auto" (llama.cpp decides per device)."""
         return str(self._native.flash_attn)

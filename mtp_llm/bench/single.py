@@ -169,7 +169,7 @@ def run_bench(
         "n_params": model.n_params,
         "tokens": tokens,
         "prompts": len(prompts),
-        "threads": threads,
+        "threads": sessions[configs[-1]].n_threads,  # what the engine ran on (all cores when unset)
         "reps": reps,
         "warmup": warmup,
         "rollback": sessions[configs[-1]].rollback_mode,
@@ -294,13 +294,17 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
     ax1.legend()
     ax1.set_title("decode throughput")
     for r in mtp:
-        positions = r["acceptance_per_position"]
-        ax2.plot(range(1, len(positions) + 1), positions, marker="o", label=f"n_draft={r['n_draft']}")
+        conditional = r["acceptance_per_position_conditional"]
+        cumulative = r["acceptance_per_position"]
+        line = ax2.plot(range(1, len(conditional) + 1), conditional, marker="o", label=f"n_draft={r['n_draft']}")
+        ax2.plot(range(1, len(cumulative) + 1), cumulative, marker=".", linestyle=":", color=line[0].get_color())
     ax2.set_xlabel("draft position")
     ax2.set_xticks(range(1, max(xs, default=1) + 1))
-    ax2.set_ylabel("acceptance rate (conditional)")
+    ax2.set_ylabel("acceptance rate")
     ax2.set_ylim(0, 1.05)
-    ax2.legend()
+    ax2.plot([], [], color="grey", label="given the drafts before it")
+    ax2.plot([], [], color="grey", linestyle=":", label="with the drafts before it (cumulative)")
+    ax2.legend(fontsize="small")
     ax2.set_title("acceptance per draft position")
     fig.suptitle(title)
     fig.tight_layout()

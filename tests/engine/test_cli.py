@@ -73,6 +73,7 @@ def test_cli_bench_runs_end_to_end(tiny_paths, tmp_path) -> None:
     assert report["rows"][2]["acceptance_rate"] == 1.0, report["rows"][2]
     assert report["rows"][2]["mean_accepted_length"] == 3.0, report["rows"][2]
     assert (tmp_path / "bench.md").exists() and (tmp_path / "bench.png").exists()
+    assert report["meta"]["threads"] == 1  # the engine's count, not the flag's raw value
 
 
 
