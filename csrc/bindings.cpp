@@ -80,6 +80,7 @@ PYBIND11_MODULE(_core, m) {
     // Limits and values the Python options check against (mtp_llm.options).
     m.attr("MAX_DRAFT_POSITIONS") = mtp::kMaxDraftPositions;
     m.attr("MAX_PARALLEL") = mtp::kMaxParallel;
+    m.attr("MAX_TOP_LOGPROBS") = mtp::kMaxTopLogprobs;
     m.attr("MIN_SLOT_CONTEXT") = mtp::kMinSlotContext;
     py::tuple rollback_modes(mtp::kRollbackModes.size());
     for (size_t i = 0; i < mtp::kRollbackModes.size(); ++i) rollback_modes[i] = mtp::kRollbackModes[i];
@@ -330,7 +331,9 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("cache_prompt", &mtp::GenerateOptions::cache_prompt)
         .def_readwrite("timeout", &mtp::GenerateOptions::timeout)
         .def_readwrite("stop", &mtp::GenerateOptions::stop)
-        .def_readwrite("sampling", &mtp::GenerateOptions::sampling);
+        .def_readwrite("sampling", &mtp::GenerateOptions::sampling)
+        .def_readwrite("logprobs", &mtp::GenerateOptions::logprobs)
+        .def_readwrite("top_logprobs", &mtp::GenerateOptions::top_logprobs);
 
     py::class_<mtp::Session>(m, "Session")
         .def(py::init([](std::shared_ptr<mtp::Model> target, std::shared_ptr<mtp::Model> draft,
@@ -356,13 +359,23 @@ PYBIND11_MODULE(_core, m) {
             }
             py::list tokens(r.tokens.size());
             for (size_t i = 0; i < r.tokens.size(); ++i) {
-                tokens[i] = py::make_tuple(r.tokens[i].id, to_str(r.tokens[i].text));
+                const mtp::TokenOut & t = r.tokens[i];
+                if (!t.logprobs) {
+                    tokens[i] = py::make_tuple(t.id, to_str(t.text));
+                    continue;
+                }
+                py::list top(t.logprobs->top.size());
+                for (size_t k = 0; k < t.logprobs->top.size(); ++k) {
+                    top[k] = py::make_tuple(t.logprobs->top[k].first, t.logprobs->top[k].second);
+                }
+                tokens[i] = py::make_tuple(t.id, to_str(t.text), t.logprobs->logprob, std::move(top));
             }
             return py::make_tuple(std::move(tokens), r.finished,
                                   r.finished ? py::object(py::str(r.finish_reason)) : py::object(py::none()));
         }, py::arg("slot") = 0,
            "Run until this slot has output (a prompt chunk or one draft/verify iteration of every running slot); "
-           "returns (tokens, finished, reason).")
+           "returns (tokens, finished, reason); a token is (id, text), or (id, text, logprob, [(id, logprob), ...]) "
+           "when the call asked for logprobs.")
         .def("end", py::overload_cast<int32_t>(&mtp::Session::end), py::arg("slot") = 0,
              py::call_guard<py::gil_scoped_release>())
         .def("cancel", [](mtp::Session & self, int32_t slot) { slot < 0 ? self.cancel() : self.cancel(slot); },

@@ -8,6 +8,7 @@
 // charged the share of their time that its rows took. The drafts come from the session's
 // DraftSource; nothing here depends on which.
 #include <algorithm>
+#include <cmath>
 
 #include "errors.hpp"
 #include "session.hpp"
@@ -15,6 +16,30 @@
 namespace mtp {
 
 namespace {
+
+// log softmax(logits / temp) at `id`, and the `k` largest entries.
+TokenLogprobs token_logprobs(const float * logits, int32_t n_vocab, float temp, llama_token id, int32_t k,
+                             std::vector<int32_t> & order) {
+    const float inv = 1.0f / temp;
+    float top = logits[0];
+    for (int32_t i = 1; i < n_vocab; ++i) top = std::max(top, logits[i]);
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp((double) (logits[i] - top) * inv);
+    const double lse = (double) top * inv + std::log(sum);
+    TokenLogprobs out;
+    out.logprob = (float) ((double) logits[id] * inv - lse);
+    if (k > 0) {
+        k = std::min(k, n_vocab);
+        order.resize((size_t) n_vocab);
+        for (int32_t i = 0; i < n_vocab; ++i) order[(size_t) i] = i;
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+        for (int32_t i = 0; i < k; ++i) {
+            out.top.emplace_back(order[(size_t) i], (float) ((double) logits[order[(size_t) i]] * inv - lse));
+        }
+    }
+    return out;
+}
 
 void deliver(StepResult & ready, StepResult && out) {
     for (TokenOut & t : out.tokens) {
@@ -255,6 +280,15 @@ void Session::sample(Slot & s) {
     }
     r.ids = common_sampler_sample_and_accept_n(s.call.sampler.get(), ctx_tgt_.get(), sample_rows_, r.draft_tokens);
     r.must_restore = checkpoints_target() && r.ids.size() - 1 < r.draft_tokens.size();
+    r.logprobs.clear();
+    if (s.call.logprobs) {
+        // Row i's logits are what the target sampled ids[i] from, as in plain decoding.
+        for (size_t i = 0; i < r.ids.size(); ++i) {
+            r.logprobs.push_back(token_logprobs(llama_get_logits_ith(ctx_tgt_.get(), sample_rows_[i]),
+                                                target_->n_vocab(), s.call.logprob_temp, r.ids[i],
+                                                s.call.top_logprobs, logprob_order_));
+        }
+    }
 }
 
 // Partial acceptance without in-place rollback: back to the checkpoint, and the
@@ -297,18 +331,22 @@ void Session::commit(Slot & s, size_t n_accepted, StepResult & out) {
 }
 
 void Session::commit_tokens(Slot & s, const std::vector<llama_token> & ids, StepResult & out) {
-    for (llama_token id : ids) {
+    const std::vector<TokenLogprobs> & logprobs = s.round.logprobs;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const llama_token id = ids[i];
+        const std::optional<TokenLogprobs> lp =
+            i < logprobs.size() ? std::optional<TokenLogprobs>(logprobs[i]) : std::nullopt;
         s.cache.tokens.push_back(s.cache.id_last);
         s.cache.id_last = id;
         if (target_->is_eog(id)) {
-            out.tokens.push_back({id, ""});
+            out.tokens.push_back({id, "", lp});
             finish(s, out, "eog");
             return;
         }
         bool stopped = false;
         const bool special = s.call.preserved_tokens.count(id) > 0;  // chat markup the parser reads
         std::string text = s.call.text.push(common_token_to_piece(ctx_tgt_.get(), id, special), stopped);
-        out.tokens.push_back({id, std::move(text)});
+        out.tokens.push_back({id, std::move(text), lp});
         ++s.call.produced;
         if (stopped) {
             finish(s, out, "stop");

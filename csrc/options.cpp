@@ -108,6 +108,10 @@ void validate(const GenerateOptions & g, int32_t session_longest_draft) {
     if (g.n_draft) {
         check_draft_length(*g.n_draft, session_longest_draft, "per-call n_draft (bounded by the session's longest draft)");
     }
+    if (g.top_logprobs < 0 || g.top_logprobs > kMaxTopLogprobs) {
+        fail(ErrorKind::InvalidOption, "top_logprobs must be between 0 and " + std::to_string(kMaxTopLogprobs) +
+                                           " (got " + std::to_string(g.top_logprobs) + ")");
+    }
     if (g.timeout && (!(*g.timeout > 0.0) || std::isinf(*g.timeout))) {
         fail(ErrorKind::InvalidOption, "timeout must be a positive number of seconds or None");
     }

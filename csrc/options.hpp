@@ -79,7 +79,11 @@ struct GenerateOptions {
     std::optional<double> timeout;   // seconds; unset = none
     std::vector<std::string> stop;
     SamplingOptions sampling;
+    bool logprobs = false;         // each token's log-probability under the target
+    int32_t top_logprobs = 0;      // and the k most likely tokens' (implies logprobs)
 };
+
+constexpr int32_t kMaxTopLogprobs = 20;
 
 // The longest draft a session with `o` may propose (what its contexts are sized for).
 int32_t longest_draft(const ContextOptions & o);

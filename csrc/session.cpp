@@ -272,6 +272,9 @@ void Session::prepare(Slot & s, const std::vector<int32_t> & prompt, const Gener
     }
     c.max_tokens = g.max_tokens;
     c.produced = 0;
+    c.logprobs = g.logprobs || g.top_logprobs > 0;
+    c.top_logprobs = g.top_logprobs;
+    c.logprob_temp = g.sampling.temp > 0.0f ? g.sampling.temp : 1.0f;
     c.text.reset(g.stop);
     s.round.draft_tokens.clear();
     s.round.ckpt.clear();

@@ -141,6 +141,7 @@ private:
     // A round's scratch, kept to allocate nothing per step.
     std::vector<Slot *> round_prompting_, round_generating_;
     std::vector<int> sample_rows_;
+    std::vector<int32_t> logprob_order_;  // top_logprobs' sort scratch
     std::atomic<int32_t> n_running_{0};
     std::atomic<int32_t> last_slot_{0};
     uint64_t begin_count_ = 0;

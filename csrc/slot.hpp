@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -20,9 +21,16 @@
 
 namespace mtp {
 
+// A token's log-probability under the target (logprobs) and the most likely tokens' (top_logprobs).
+struct TokenLogprobs {
+    float logprob = 0.0f;
+    std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
 struct TokenOut {
     int32_t id;
     std::string text;  // valid UTF-8; "" while bytes are held back
+    std::optional<TokenLogprobs> logprobs;  // when the call asked for them
 };
 
 struct StepResult {
@@ -66,6 +74,9 @@ struct Slot {
         bool prompt_phase = false;
         int32_t max_tokens = 0;
         int32_t produced = 0;
+        bool logprobs = false;
+        int32_t top_logprobs = 0;
+        float logprob_temp = 1.0f;  // the distribution logprobs are read from: logits / temp (1 when greedy)
         bool finished = false;
         int64_t t_begin_us = 0;
         bool first_token_seen = false;
@@ -97,6 +108,7 @@ struct Slot {
         int32_t n_forced = 0;       // drafts the grammar forced (no head pass)
         int32_t first_row = 0;      // its rows in the verify batch
         std::vector<llama_token> ids;  // the target's tokens: the accepted drafts plus one
+        std::vector<TokenLogprobs> logprobs;  // of each of `ids`, when the call asked
         common_sampler_ptr sampler_before;
         Counters counters;
     } round;

@@ -18,6 +18,7 @@ from typing import Any
 
 from .chat import DEFAULT_CHAT_TEMPLATE, ToolCall, chat_format
 from .errors import InvalidOptionError, MTPError
+from .events import TokenEvent
 from .model import Model
 from .chat import ChatTurn, normalize_tool_choice
 from .options import GenerationOptions, SessionOptions, normalize_stop, option, option_specs
@@ -39,6 +40,7 @@ __all__ = [
     "get_model",
     "get_session",
     "instance_options",
+    "logprob_entry",
     "openai_message",
     "resolve_chat_template",
     "resolve_model_path",
@@ -270,6 +272,20 @@ def resolve_chat_template(model: Model, chat_template: str | None = None) -> str
 def stats_payload(stats: MTPStats) -> dict[str, Any]:
     """The per-call stats as published by every integration under :data:`STATS_KEY`."""
     return stats.to_dict()
+
+
+def logprob_entry(model: Model, event: TokenEvent) -> dict[str, Any]:
+    """One token's log-probabilities in OpenAI's shape (``{"token", "bytes", "logprob",
+    "top_logprobs": [{"token", "bytes", "logprob"}, ...]}``), as LangChain's OpenAI models
+    publish them; LlamaIndex's ``LogProb`` lists are built from the same entries."""
+
+    def token(token_id: int, logprob: float) -> dict[str, Any]:
+        raw = model.token_piece(token_id)
+        return {"token": raw.decode("utf-8", errors="replace"), "bytes": list(raw), "logprob": logprob}
+
+    entry = token(event.id, float(event.logprob if event.logprob is not None else 0.0))
+    entry["top_logprobs"] = [token(t, p) for t, p in event.top_logprobs]
+    return entry
 
 
 # ------------------------------------------------------------- embeddings --

@@ -15,6 +15,12 @@ class TokenEvent:
 
     id: int
     text: str
+    logprob: float | None = None
+    """Log-probability of the token under the target model, when the call asked for
+    ``logprobs`` (:attr:`GenerationOptions.logprobs`)."""
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+    """(token id, log-probability) of the ``top_logprobs`` most likely tokens at this
+    position, most likely first."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

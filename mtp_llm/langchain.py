@@ -81,12 +81,13 @@ from langchain_core.utils.function_calling import convert_to_json_schema, conver
 from pydantic import BaseModel, Field
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import chat_turn, openai_message, stats_payload
+from ._integration import chat_turn, logprob_entry, openai_message, stats_payload
 from ._langchain_runs import Targeter, areport, report, run_target, stream_target, streaming_config
 from .chat import ChatDelta, ChatTurn, ToolCall, json_schema_grammar, normalize_tool_choice
 from .errors import InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .options import GenerationOptions
+from .model import Model
 from .session import MTP
 from .stats import STATS_KEY
 
@@ -231,8 +232,14 @@ async def _adrive(
 
 
 class _TextChunker(_Chunker):
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
     def token(self, event: TokenEvent) -> GenerationChunk:
-        return GenerationChunk(text=event.text, generation_info={"token_id": event.id})
+        info: dict[str, Any] = {"token_id": event.id}
+        if event.logprob is not None:
+            info["logprobs"] = {"content": [logprob_entry(self.model, event)]}
+        return GenerationChunk(text=event.text, generation_info=info)
 
     def done(self, event: DoneEvent) -> GenerationChunk:
         return GenerationChunk(
@@ -293,7 +300,7 @@ class MTPLLM(_MTPParams, BaseLLM):
     ) -> Iterator[GenerationChunk]:
         options = self._lc_call_options(stop, kwargs)
         events = self.client.stream_events(prompt, options=options)
-        for chunk in _drive(events, _TextChunker(), run_target(run_manager), run_manager):
+        for chunk in _drive(events, _TextChunker(self.client.model), run_target(run_manager), run_manager):
             if (kept := _mergeable(chunk)) is not None:
                 yield kept
 
@@ -306,7 +313,7 @@ class MTPLLM(_MTPParams, BaseLLM):
     ) -> AsyncIterator[GenerationChunk]:
         options = self._lc_call_options(stop, kwargs)
         events = self.client.astream_events(prompt, options=options)
-        async for chunk in _adrive(events, _TextChunker(), run_target(run_manager), run_manager):
+        async for chunk in _adrive(events, _TextChunker(self.client.model), run_target(run_manager), run_manager):
             if (kept := _mergeable(chunk)) is not None:
                 yield kept
 
@@ -344,9 +351,13 @@ class MTPLLM(_MTPParams, BaseLLM):
 def _mergeable(chunk: GenerationChunk) -> GenerationChunk | None:
     """Drop the per-token id once the callback has seen it (LangChain sums ints when it
     merges chunks, so only the final chunk keeps its ``generation_info``), and skip the
-    empty pieces of held-back tokens (a split character, a possible stop string)."""
-    if chunk.generation_info is not None and STATS_KEY in chunk.generation_info:
+    empty pieces of held-back tokens (a split character, a possible stop string); a token's
+    ``logprobs`` stay (their lists join when chunks merge)."""
+    info = chunk.generation_info
+    if info is not None and STATS_KEY in info:
         return chunk
+    if info is not None and "logprobs" in info:
+        return GenerationChunk(text=chunk.text, generation_info={"logprobs": info["logprobs"]})
     return GenerationChunk(text=chunk.text) if chunk.text else None
 
 
@@ -355,6 +366,9 @@ def _llm_result(per_prompt: list[list[GenerationChunk]]) -> LLMResult:
     payloads = []
     for chunks in per_prompt:
         info = chunks[-1].generation_info if chunks else None
+        content = [e for c in chunks for e in ((c.generation_info or {}).get("logprobs") or {}).get("content", [])]
+        if content:
+            info = {**(info or {}), "logprobs": {"content": content}}
         generations.append([Generation(text="".join(c.text for c in chunks), generation_info=info)])
         payloads.append((info or {}).get(STATS_KEY))
     return LLMResult(generations=generations, llm_output={STATS_KEY: payloads[0] if len(payloads) == 1 else payloads})
@@ -391,12 +405,16 @@ class _ChatChunker(_Chunker):
     """Chat chunks from a :class:`~mtp_llm.chat.ChatTurn`: content and reasoning stream as
     they parse, tool calls as ``tool_call_chunks``."""
 
-    def __init__(self, model_name: str, turn: ChatTurn) -> None:
+    def __init__(self, model_name: str, turn: ChatTurn, model: Model) -> None:
         self.model_name = model_name
         self.turn = turn
+        self.model = model
 
     def token(self, event: TokenEvent) -> ChatGenerationChunk:
-        return ChatGenerationChunk(message=_message_chunk(self.turn.feed(event.text)))
+        if event.logprob is None:
+            return ChatGenerationChunk(message=_message_chunk(self.turn.feed(event.text)))
+        logprobs = {"logprobs": {"content": [logprob_entry(self.model, event)]}}
+        return ChatGenerationChunk(message=_message_chunk(self.turn.feed(event.text), response_metadata=logprobs))
 
     def done(self, event: DoneEvent) -> ChatGenerationChunk:
         stats = event.stats
@@ -555,7 +573,7 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
             enable_thinking=bool(kwargs.get("enable_thinking", self.enable_thinking)),
             reasoning_effort=kwargs.get("reasoning_effort", self.reasoning_effort),
         )
-        return turn.prompt, turn.options(self._lc_call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn)
+        return turn.prompt, turn.options(self._lc_call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn, self.client.model)
 
     def stream(
         self,

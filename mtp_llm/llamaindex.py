@@ -42,6 +42,7 @@ from llama_index.core.base.llms.types import (
     CompletionResponseAsyncGen,
     CompletionResponseGen,
     LLMMetadata,
+    LogProb,
     MessageRole,
     TextBlock,
     ThinkingBlock,
@@ -60,7 +61,7 @@ from pydantic import BaseModel
 from llama_index_instrumentation.base import BaseEvent
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import chat_turn, display_name, openai_message, stats_payload
+from ._integration import chat_turn, display_name, logprob_entry, openai_message, stats_payload
 from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall, json_schema_grammar
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
@@ -354,6 +355,8 @@ class _Call:
         self.reply: ChatReply | None = None
         self.stats: MTPStats | None = None
         self.finish_reason: str | None = None
+        self.logprobs: list[list[LogProb]] | None = [] if options.logprobs or options.top_logprobs else None
+        """Per token: its log-probability, then the most likely tokens' (``top_logprobs``)."""
 
     def run(self) -> Iterator[str]:
         """Run the generation, yielding each non-empty text delta."""
@@ -374,6 +377,11 @@ class _Call:
         kind = type(event)
         if kind is TokenEvent:
             assert isinstance(event, TokenEvent)
+            if self.logprobs is not None:
+                entry = logprob_entry(self.session.model, event)
+                self.logprobs.append(
+                    [LogProb(token=e["token"], logprob=e["logprob"], bytes=e["bytes"]) for e in [entry, *entry["top_logprobs"]]]
+                )
             if not event.text:
                 return None
             if self.turn is None:
@@ -416,8 +424,10 @@ class _Call:
 
     def completion_response(self, delta: str = "", *, final: bool = False) -> CompletionResponse:
         if not final:
-            return CompletionResponse(text=self.text, delta=delta)
-        return CompletionResponse(text=self.text, delta=self.final_delta, additional_kwargs=self._final_kwargs())
+            return CompletionResponse(text=self.text, delta=delta, logprobs=self.logprobs)
+        return CompletionResponse(
+            text=self.text, delta=self.final_delta, additional_kwargs=self._final_kwargs(), logprobs=self.logprobs
+        )
 
     def _message(self, extra: dict[str, Any]) -> ChatMessage:
         blocks: list[Any] = [ThinkingBlock(content=self.thinking)] if self.thinking else []
@@ -434,6 +444,7 @@ class _Call:
             message=self._message(extra),
             delta=self.final_delta,
             additional_kwargs={**self._final_kwargs(), **thinking},
+            logprobs=self.logprobs,
         )
 
 

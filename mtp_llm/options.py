@@ -32,6 +32,8 @@ MAX_DRAFT: int = int(_core.MAX_DRAFT_POSITIONS)
 """The engine's longest draft (``kMaxDraftPositions``)."""
 MAX_PARALLEL: int = int(_core.MAX_PARALLEL)
 """Most slots of a session (``kMaxParallel``, llama.cpp's ``LLAMA_MAX_SEQ``)."""
+MAX_TOP_LOGPROBS: int = int(_core.MAX_TOP_LOGPROBS)
+"""Most alternatives ``top_logprobs`` may ask for (the engine's ``kMaxTopLogprobs``)."""
 
 def option(
     default: Any,
@@ -249,11 +251,21 @@ class GenerationOptions:
     0 = no reasoning (the section is closed at once), N = at most N tokens, then the end
     tag is forced and the answer follows. Applies to chat turns whose format has reasoning
     tags (:mod:`mtp_llm.chat`); a raw completion has none and is not affected."""
+    logprobs: bool = False
+    """Report each generated token's log-probability under the target model (natural log of
+    softmax(logits / temp), or of the raw logits when greedy: before penalties, grammar and
+    truncation) on :class:`~mtp_llm.TokenEvent`; the integrations put them where LangChain
+    (``response_metadata["logprobs"]``) and LlamaIndex (``logprobs``) users look. With MTP the
+    values are the verify pass's, equal to plain decoding's."""
+    top_logprobs: int = option(0, ge=0, le=MAX_TOP_LOGPROBS)
+    """Also report the k most likely tokens at each position with their log-probabilities
+    (implies ``logprobs``)."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             _set(self, field.name, _coerce(field.name, getattr(self, field.name)))
         _check_bounds(self, "max_tokens")
+        _check_bounds(self, "top_logprobs")
         if self.emit_stats_every < 0:
             raise InvalidOptionError("emit_stats_every must be >= 0 (0 = off)")
         if self.timeout is not None and not (self.timeout > 0 and math.isfinite(self.timeout)):

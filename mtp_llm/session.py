@@ -449,11 +449,14 @@ class _EventStream:
     def _stats(self) -> MTPStats:
         return MTPStats.from_counters(self._session._native.call_stats(self._slot))
 
-    def feed(self, step_tokens: list[tuple[int, str]], finished: bool, reason: str | None) -> list[Event]:
+    def feed(self, step_tokens: list[Any], finished: bool, reason: str | None) -> list[Event]:
         events: list[Event] = []
         every = self._every
-        for token_id, text in step_tokens:
-            events.append(TokenEvent(token_id, text))
+        for token in step_tokens:
+            if len(token) == 2:
+                events.append(TokenEvent(token[0], token[1]))
+            else:  # the call asked for logprobs
+                events.append(TokenEvent(token[0], token[1], token[2], tuple(token[3])))
             if every:
                 self._count += 1
                 if self._count % every == 0:

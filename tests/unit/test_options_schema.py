@@ -52,6 +52,8 @@ _SET: dict[str, Any] = {
     "penalty_last_n": 9,
     "grammar": 'root ::= "a"',
     "reasoning_budget": 8,
+    "logprobs": True,
+    "top_logprobs": 4,
 }
 """A value other than the default for every option with an instance default."""
 
