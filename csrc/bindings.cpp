@@ -11,6 +11,7 @@
 #include "model.hpp"
 #include "options.hpp"
 #include "parity.hpp"
+#include "scoring.hpp"
 #include "rpc.hpp"
 #include "runtime.hpp"
 #include "session.hpp"
@@ -150,6 +151,14 @@ PYBIND11_MODULE(_core, m) {
     }, "ggml's devices with their type, backend and memory in bytes.");
     m.def("has_gpu", [] { mtp::ensure_backend(); return mtp::has_accelerator(); },
           "A GPU or integrated-GPU device is there to offload layers to.");
+
+    m.def("score_tokens", [](std::shared_ptr<mtp::Model> model, const std::vector<int32_t> & tokens, int32_t n_batch,
+                             int32_t n_threads) {
+              py::gil_scoped_release release;
+              return mtp::score_tokens(*model, tokens, n_batch, n_threads);
+          },
+          py::arg("model"), py::arg("tokens"), py::arg("n_batch") = 512, py::arg("n_threads") = 0,
+          "log P(tokens[i+1] | tokens[..i]) for each i (natural log), in a context of its own.");
 
     m.def("json_schema_grammar", &mtp::json_schema_grammar, py::arg("schema_json"),
           "GBNF grammar accepting exactly the JSON documents that match a JSON schema.");

@@ -28,7 +28,7 @@ from .errors import (
     ToolSchemaError,
 )
 from .devices import Device, GPUUnavailableWarning, list_backends, list_devices
-from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
+from .events import DoneEvent, EogEvent, Event, StatsEvent, TextScore, TokenEvent
 from .model import MTP_ARCHITECTURES, Model
 from .options import DraftLength, GenerationOptions, SessionOptions
 from .session import MTP
@@ -69,6 +69,7 @@ __all__ = [
     "SessionBusyError",
     "StatsEvent",
     "TimingUs",
+    "TextScore",
     "TokenEvent",
     "ToolSchemaError",
     "list_backends",

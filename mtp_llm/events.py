@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from .stats import MTPStats
 
@@ -47,3 +48,24 @@ class DoneEvent:
 
 
 Event = TokenEvent | StatsEvent | EogEvent | DoneEvent
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TextScore:
+    """How likely the model finds a given text (:meth:`MTP.score`): per token, the natural
+    log-probability given every token before it, as llama-perplexity computes it."""
+
+    tokens: tuple[int, ...]
+    """The text's tokens (the first has no log-probability: nothing comes before it)."""
+    logprobs: tuple[float, ...]
+    """log P(tokens[i + 1] | tokens[:i + 1]) for each i."""
+
+    @property
+    def total(self) -> float:
+        """Sum of the log-probabilities: log P(text | its first token)."""
+        return float(sum(self.logprobs))
+
+    @property
+    def perplexity(self) -> float:
+        """exp(-mean log-probability)."""
+        return math.exp(-self.total / len(self.logprobs))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from . import _core
 from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
-from .events import DoneEvent, EogEvent, Event, StatsEvent, TokenEvent
+from .events import DoneEvent, EogEvent, Event, StatsEvent, TextScore, TokenEvent
 from .model import Model
 from .options import DraftLength, GenerationOptions, SessionOptions, option_specs
 from .stats import DraftControllerEstimates, MTPStats
@@ -274,6 +274,18 @@ class MTP:
         self._native.cancel()
 
     # ----------------------------------------------------------- generation
+
+    def score(self, text: Prompt, *, n_batch: int = 512) -> TextScore:
+        """How likely the target model finds ``text`` (text, UTF-8 bytes or token ids): each
+        token's log-probability given the ones before it, their sum and the perplexity.
+
+        Runs in a context of its own (the session's slots and caches are untouched), with the
+        session's threads, ``n_batch`` tokens per decode; raises InvalidPromptError for a
+        text of fewer than two tokens.
+        """
+        tokens = self.tokenize_prompt(text)
+        logprobs = _core.score_tokens(self.model._native, tokens, n_batch, self.n_threads)
+        return TextScore(tuple(tokens), tuple(logprobs))
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
         """Turn a prompt (text, UTF-8 bytes or token ids) into token ids."""

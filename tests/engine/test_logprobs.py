@@ -64,3 +64,38 @@ def test_no_logprobs_unless_asked(random_session) -> None:
 def test_top_logprobs_bounds(random_session) -> None:
     with pytest.raises(InvalidOptionError, match="top_logprobs"):
         random_session.generate("Hello", max_tokens=2, top_logprobs=21)
+
+
+@pytest.mark.parametrize("n_batch", [512, 3])
+def test_score_is_the_log_softmax_of_each_next_token(random_model: Model, n_batch: int) -> None:
+    session = make_session(random_model, n_draft=2)
+    text = "The quick brown fox jumps over the lazy dog."
+    score = session.score(text, n_batch=n_batch)
+    tokens = list(score.tokens)
+    assert tokens == session.tokenize_prompt(text) and len(score.logprobs) == len(tokens) - 1
+    logits = forward_with_head(random_model, tokens)["trunk_logits"].astype(np.float64)
+    log_softmax = logits - (logits.max(axis=1, keepdims=True) + np.log(np.exp(logits - logits.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)))
+    want = [log_softmax[i, tokens[i + 1]] for i in range(len(tokens) - 1)]
+    assert np.allclose(score.logprobs, want, atol=2e-3)
+    assert score.total == pytest.approx(sum(score.logprobs))
+    assert score.perplexity == pytest.approx(float(np.exp(-np.mean(score.logprobs))))
+    # A generation after scoring is unaffected: scoring has a context of its own.
+    assert session.generate("Hello", max_tokens=8, temp=0) == make_session(random_model, n_draft=2).generate(
+        "Hello", max_tokens=8, temp=0
+    )
+
+
+def test_score_matches_generation_logprobs(random_model: Model) -> None:
+    session = make_session(random_model, n_draft=3)
+    got = events(session, "Hello", max_tokens=6, temp=0, logprobs=True)
+    score = session.score(session.tokenize_prompt("Hello") + [e.id for e in got])
+    # Scoring decodes the text as one batch, generation row by row: float tolerance of the
+    # random model's batch numerics (its logits are large), a few 1e-3 nats.
+    assert np.allclose(score.logprobs[-6:], [e.logprob for e in got], atol=5e-3)
+
+
+def test_score_needs_two_tokens(random_session) -> None:
+    from mtp_llm import InvalidPromptError
+
+    with pytest.raises(InvalidPromptError, match="at least two tokens"):
+        random_session.score([5])
