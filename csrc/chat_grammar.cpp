@@ -462,6 +462,117 @@ std::string mistral_call_ids(const std::string & grammar) {
     return std::regex_replace(grammar, free_id, R"re("[CALL_ID]" [a-zA-Z0-9]{9})re");
 }
 
+// The one character of a GBNF class "[c]" (escapes unread), or none.
+std::optional<std::string> single_char_class(const std::string & item) {
+    if (item.size() == 3 && item.front() == '[' && item.back() == ']' && item[1] != '^' && item[1] != '\\') {
+        return std::string(1, item[1]);
+    }
+    if (item.size() == 4 && item.front() == '[' && item.back() == ']' && item[1] == '\\') {
+        switch (item[2]) {
+            case 'n': return std::string("\n");
+            case 't': return std::string("\t");
+            case 'r': return std::string("\r");
+            default: return std::string(1, item[2]);
+        }
+    }
+    return std::nullopt;
+}
+
+// The text an "accept until" automaton of the chat layer ends with: `rule` reads any text up
+// to and including it (ac-N ::= [c0] ac-N-01 | [^c0] ac-N; ... ac-N-k ::= ... | [ck] | [^ck] ac-N).
+std::optional<std::string> closing_of(Rules & rules, const std::string & rule) {
+    std::string closing;
+    std::string current = rule;
+    for (size_t step = 1; step < 256; ++step) {
+        const std::string * body = rules.find(current);
+        if (!body) return std::nullopt;
+        char name[16];
+        std::snprintf(name, sizeof name, "-%02zu", step);
+        const std::string next = rule + name;
+        bool advanced = false, ended = false;
+        for (const auto & alt : alternatives(*body)) {
+            const std::vector<std::string> parts = items(alt);
+            if (parts.size() == 2 && parts[1] == next) {
+                if (auto c = single_char_class(parts[0])) {
+                    closing += *c;
+                    advanced = true;
+                }
+            } else if (parts.size() == 1) {
+                if (auto c = single_char_class(parts[0])) {
+                    closing += *c;
+                    ended = true;
+                }
+            }
+        }
+        if (ended && !advanced) return closing;
+        if (!advanced) return std::nullopt;
+        current = next;
+    }
+    return std::nullopt;
+}
+
+// A string argument's allowed values when its schema lists them (enum of strings, or const).
+std::vector<std::string> string_choices(const common_json & schema) {
+    std::vector<std::string> out;
+    if (!schema.is_object()) return out;
+    if (schema.contains("const") && schema.at("const").is_string()) {
+        return {schema.at("const").get<std::string>()};
+    }
+    if (schema.contains("enum") && schema.at("enum").is_array()) {
+        for (const auto & v : schema.at("enum")) {
+            if (!v.is_string()) return {};
+            out.push_back(v.get<std::string>());
+        }
+    }
+    return out;
+}
+
+// In the tagged formats (Qwen3.5/Qwen3-Coder/Nemotron "<parameter=...>", GLM/Hy3/Laguna
+// "<arg_value>", MiniMax, DeepSeek DSML, Seed-OSS, Kimi-K3, ling-3) a string argument's value
+// is the raw text up to the closing tag, and the chat layer leaves it free even where the
+// schema lists the allowed values. Here that text becomes one of them, followed by the same
+// closing: the parser reads back exactly the listed string.
+void string_choices_in_tags(Rules & rules, const std::vector<Tool> & tools) {
+    for (const auto & tool : tools) {
+        for (const auto & arg : tool.arguments) {
+            const std::vector<std::string> choices = string_choices(arg.schema);
+            if (choices.empty()) continue;
+            std::string alternatives_text;
+            for (const auto & c : choices) alternatives_text += (alternatives_text.empty() ? "" : " | ") + literal(c);
+            const std::string choice = "(" + alternatives_text + ")";
+            for (const std::string & name : {rule_name("tool-" + tool.name + "-arg-" + arg.name),
+                                             rule_name("kimi-k3-arg-" + tool.name + "-" + arg.name),
+                                             rule_name("ling3-arg-" + tool.name + "-" + arg.name)}) {
+                std::string * body = rules.find(name);
+                if (!body) continue;
+                std::vector<std::string> parts = items(*body);
+                bool changed = false;
+                for (size_t i = 0; i < parts.size() && !changed; ++i) {
+                    std::string value = parts[i];
+                    if (const std::string * alias = rules.find(value); alias && items(*alias).size() == 1 &&
+                                                                      alternatives(*alias).size() == 1) {
+                        value = trim(*alias);  // xml-arg-string ::= ac-20
+                    }
+                    if (value.rfind("until-", 0) == 0 && i + 1 < parts.size() && !parts[i + 1].empty() && parts[i + 1].front() == '"') {
+                        parts[i] = choice;  // the closing literal follows
+                        changed = true;
+                    } else if (value.rfind("ac-", 0) == 0 && i + 1 == parts.size()) {
+                        if (auto closing = closing_of(rules, value)) {
+                            parts[i] = choice + " " + literal(*closing);
+                            changed = true;
+                        }
+                    }
+                }
+                if (changed) {
+                    std::string joined;
+                    for (const auto & p : parts) joined += (joined.empty() ? "" : " ") + p;
+                    *body = joined;
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
 std::string narrow_tool_grammar(const std::string & grammar, const GrammarContext & ctx) {
@@ -494,6 +605,7 @@ std::string narrow_tool_grammar(const std::string & grammar, const GrammarContex
             for (const auto & rule : calls) order_arguments(*rules.find(rule), tool, rules, keep);
         }
     }
+    string_choices_in_tags(rules, tools);
     return rules.text();
 }
 

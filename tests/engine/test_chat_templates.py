@@ -55,11 +55,13 @@ def _format(paths: dict[str, Path], name: str) -> ChatFormat:
     return chat_format(Model.load(paths[name]))
 
 
-def _generate(fmt: ChatFormat, turn: ChatTurn, max_tokens: int = 400) -> tuple[list[ToolCallDelta], str, object]:
+def _generate(
+    fmt: ChatFormat, turn: ChatTurn, max_tokens: int = 400, reasoning_budget: int | None = None
+) -> tuple[list[ToolCallDelta], str, object]:
     session = MTP(fmt.model, n_draft=3, n_ctx=8192, n_threads=THREADS)
     deltas: list[ToolCallDelta] = []
     reason = "length"
-    budget = REASONING_BUDGET if turn.supports_thinking else -1
+    budget = reasoning_budget if reasoning_budget is not None else REASONING_BUDGET if turn.supports_thinking else -1
     options = turn.options(GenerationOptions(temp=0, max_tokens=max_tokens, reasoning_budget=budget))
     for event in session.stream_events(turn.prompt, options=options):
         if type(event).__name__ == "TokenEvent":
@@ -355,3 +357,50 @@ def test_narrowed_grammars_take_any_schema(template_models: dict[str, Path], nam
             assert SCHEMA_RULES[name] in turn.grammar.grammar  # type: ignore[attr-defined]
         options = turn.options(GenerationOptions(temp=0, max_tokens=8))
         MTP(fmt.model, n_draft=2, n_ctx=4096, n_threads=THREADS).generate(turn.prompt, options=options)
+
+
+# A tool whose arguments take each kind the chat layer's formats write: a string enum, a string
+# const, a bounded integer, a boolean.
+KINDS_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather forecast of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": ["Paris", "London"]},
+                "source": {"type": "string", "const": "api"},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "alerts": {"type": "boolean"},
+            },
+            "required": ["city", "source", "days", "alerts"],
+        },
+    },
+}
+# Formats whose grammar still leaves a string value free (docs/chat.md, "Schema-exact arguments").
+FREE_STRING_FORMATS = {
+    "LFM2-8B-A1B", "LFM2.5-8B-A1B", "LFM2.5-Instruct", "inclusionai-ling-3.0-flash", "muse-glimmer",
+    "openbmb-MiniCPM5-1B",
+}
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_forced_call_arguments_validate_against_the_schema(template_models: dict[str, Path], name: str) -> None:
+    import jsonschema
+
+    tool: dict[str, Any] = json.loads(json.dumps(KINDS_TOOL))
+    if name in FREE_STRING_FORMATS:
+        # Their string values stay free text (a random model writes it without end): the
+        # other kinds are checked there.
+        parameters = tool["function"]["parameters"]
+        parameters["properties"] = {k: v for k, v in parameters["properties"].items() if v["type"] != "string"}
+        parameters["required"] = list(parameters["properties"])
+    fmt = _format(template_models, name)
+    turn = fmt.turn(QUESTION, tools=[tool], tool_choice="get_weather", enable_thinking=False)
+    # No reasoning (a template may open it anyway), and room for the whitespace the formats
+    # leave free between arguments, which a random-weight model fills.
+    _, reason, reply = _generate(fmt, turn, max_tokens=1200, reasoning_budget=0)
+    calls = reply.tool_calls  # type: ignore[attr-defined]
+    assert calls and calls[0].name == "get_weather", (reason, calls)
+    jsonschema.validate(calls[0].arguments, tool["function"]["parameters"])
