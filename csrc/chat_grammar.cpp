@@ -527,6 +527,52 @@ std::vector<std::string> string_choices(const common_json & schema) {
     return out;
 }
 
+// The free value of an argument rule's expression replaced by `choice`: an until-N before the
+// closing literal, an accept-until automaton (the closing read back from it), or a rule that is
+// one of those; a trailing group is looked into. False where none is found.
+bool narrow_string_value(std::string & expr, const std::string & choice, Rules & rules) {
+    std::vector<std::string> parts = items(expr);
+    bool changed = false;
+    for (size_t i = 0; i < parts.size() && !changed; ++i) {
+        const bool last = i + 1 == parts.size();
+        const bool literal_follows = !last && !parts[i + 1].empty() && parts[i + 1].front() == '"';
+        if (last && is_group(parts[i]) && alternatives(group_inner(parts[i])).size() == 1) {
+            std::string inner = group_inner(parts[i]);
+            if (narrow_string_value(inner, choice, rules)) {
+                parts[i] = "(" + inner + ")";
+                changed = true;
+            }
+            continue;
+        }
+        std::string value = parts[i];
+        std::string closing;  // a literal that ends the value inside a referenced rule
+        if (const std::string * ref = rules.find(value); ref && alternatives(*ref).size() == 1) {
+            const std::vector<std::string> inner = items(*ref);
+            if (inner.size() == 1) {
+                value = inner[0];  // xml-arg-string ::= ac-20
+            } else if (inner.size() == 2 && inner[0].rfind("until-", 0) == 0 && inner[1].front() == '"') {
+                value = inner[0];  // ling3-arg-string ::= until-28 "</arg_value>"
+                closing = inner[1];
+            }
+        }
+        if (value.rfind("until-", 0) == 0 && (literal_follows || !closing.empty())) {
+            parts[i] = closing.empty() ? choice : choice + " " + closing;
+            changed = true;
+        } else if (value.rfind("ac-", 0) == 0 && last) {
+            if (auto text = closing_of(rules, value)) {
+                parts[i] = choice + " " + literal(*text);
+                changed = true;
+            }
+        }
+    }
+    if (changed) {
+        std::string joined;
+        for (const auto & p : parts) joined += (joined.empty() ? "" : " ") + p;
+        expr = joined;
+    }
+    return changed;
+}
+
 // In the tagged formats (Qwen3.5/Qwen3-Coder/Nemotron "<parameter=...>", GLM/Hy3/Laguna
 // "<arg_value>", MiniMax, DeepSeek DSML, Seed-OSS, Kimi-K3, ling-3) a string argument's value
 // is the raw text up to the closing tag, and the chat layer leaves it free even where the
@@ -543,30 +589,8 @@ void string_choices_in_tags(Rules & rules, const std::vector<Tool> & tools) {
             for (const std::string & name : {rule_name("tool-" + tool.name + "-arg-" + arg.name),
                                              rule_name("kimi-k3-arg-" + tool.name + "-" + arg.name),
                                              rule_name("ling3-arg-" + tool.name + "-" + arg.name)}) {
-                std::string * body = rules.find(name);
-                if (!body) continue;
-                std::vector<std::string> parts = items(*body);
-                bool changed = false;
-                for (size_t i = 0; i < parts.size() && !changed; ++i) {
-                    std::string value = parts[i];
-                    if (const std::string * alias = rules.find(value); alias && items(*alias).size() == 1 &&
-                                                                      alternatives(*alias).size() == 1) {
-                        value = trim(*alias);  // xml-arg-string ::= ac-20
-                    }
-                    if (value.rfind("until-", 0) == 0 && i + 1 < parts.size() && !parts[i + 1].empty() && parts[i + 1].front() == '"') {
-                        parts[i] = choice;  // the closing literal follows
-                        changed = true;
-                    } else if (value.rfind("ac-", 0) == 0 && i + 1 == parts.size()) {
-                        if (auto closing = closing_of(rules, value)) {
-                            parts[i] = choice + " " + literal(*closing);
-                            changed = true;
-                        }
-                    }
-                }
-                if (changed) {
-                    std::string joined;
-                    for (const auto & p : parts) joined += (joined.empty() ? "" : " ") + p;
-                    *body = joined;
+                if (std::string * body = rules.find(name)) {
+                    narrow_string_value(*body, choice, rules);
                 }
             }
         }

@@ -380,7 +380,7 @@ KINDS_TOOL = {
 }
 # Formats whose grammar still leaves a string value free (docs/chat.md, "Schema-exact arguments").
 FREE_STRING_FORMATS = {
-    "LFM2-8B-A1B", "LFM2.5-8B-A1B", "LFM2.5-Instruct", "inclusionai-ling-3.0-flash", "muse-glimmer",
+    "LFM2-8B-A1B", "LFM2.5-8B-A1B", "LFM2.5-Instruct", "muse-glimmer",
     "openbmb-MiniCPM5-1B",
 }
 
