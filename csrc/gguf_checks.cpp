@@ -112,8 +112,10 @@ void check_hparams(const gguf_context * ctx, const std::string & arch, const std
     const int64_t n_embd0 = gguf_int_max(ctx, arch + ".embedding_length");
     const int64_t head_size = key_length >= 0 ? key_length : (n_head0 > 0 && n_embd0 > 0 ? n_embd0 / n_head0 : -1);
     const int64_t n_rot = gguf_int_max(ctx, arch + ".rope.dimension_count");
-    if (n_rot >= 0 && (n_rot % 2 != 0 || (head_size >= 0 && n_rot > head_size))) {
-        bad(arch + ".rope.dimension_count", n_rot, "must be even and at most the head size " + std::to_string(head_size));
+    // 0 also: the hybrid (qwen35) graph never finished a decode with it (metadata fuzz).
+    if (n_rot >= 0 && (n_rot == 0 || n_rot % 2 != 0 || (head_size >= 0 && n_rot > head_size))) {
+        bad(arch + ".rope.dimension_count", n_rot,
+            "must be even, positive and at most the head size " + std::to_string(head_size));
     }
     const int64_t sections_id = gguf_find_key(ctx, (arch + ".rope.dimension_sections").c_str());
     if (sections_id >= 0 && gguf_get_kv_type(ctx, sections_id) == GGUF_TYPE_ARRAY &&
@@ -129,6 +131,15 @@ void check_hparams(const gguf_context * ctx, const std::string & arch, const std
             bad(arch + ".rope.dimension_sections (sum)", total,
                 "sections must be non-negative and sum to at most the head size " + std::to_string(head_size));
         }
+        const size_t n_sections = gguf_get_arr_n(ctx, sections_id);
+        if (n_sections >= 3 && sections[0] <= 0 && sections[1] <= 0 && sections[2] <= 0) {
+            // ggml's multi-section rope asserts that one of the first three is set.
+            bad(arch + ".rope.dimension_sections[0..2]", 0, "one of the first three sections must be positive");
+        }
+    }
+    // Hybrid models put full attention in every N-th layer (il % N): 0 divides by zero.
+    if (const int64_t interval = gguf_int_max(ctx, arch + ".full_attention_interval"); interval == 0) {
+        bad(arch + ".full_attention_interval", interval, "must be at least 1");
     }
     for (const char * suffix : {".attention.layer_norm_rms_epsilon", ".attention.layer_norm_epsilon"}) {
         const int64_t id = gguf_find_key(ctx, (arch + suffix).c_str());

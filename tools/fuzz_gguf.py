@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mtp_llm.gguf.fuzz import mutate_gguf
+from mtp_llm.gguf.fuzz import mutate_gguf, mutate_metadata
 
 ONE = """
 import sys, mtp_llm
@@ -41,13 +41,27 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", default="build/fuzz-findings", help="where mutants that killed the process go")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a mutant may run before it counts as hung")
+    parser.add_argument("--metadata", action="store_true",
+                        help="hyperparameters only, well-typed edge values (mutate_metadata) instead of any field")
     args = parser.parse_args()
 
     outcomes: collections.Counter[str] = collections.Counter()
     findings = []
     with tempfile.TemporaryDirectory() as tmp:
-        for path in mutate_gguf(args.model, tmp, args.count, args.seed):
-            proc = subprocess.run([sys.executable, "-c", ONE, str(path)], capture_output=True, text=True, timeout=300)
+        mutate = mutate_metadata if args.metadata else mutate_gguf
+        for path in mutate(args.model, tmp, args.count, args.seed):
+            try:
+                proc = subprocess.run([sys.executable, "-c", ONE, str(path)], capture_output=True, text=True,
+                                      timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                outcomes["hung"] += 1  # alive but not done: a finding too (a size the checks let through)
+                keep = Path(args.keep)
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, keep / path.name)
+                findings.append(f"{path.name}: still running after {args.timeout} s")
+                path.unlink()
+                continue
             if proc.returncode == 0:
                 outcomes[proc.stdout.strip().splitlines()[-1]] += 1
                 continue

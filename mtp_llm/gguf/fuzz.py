@@ -78,6 +78,47 @@ def mutate_gguf(src: str | Path, out_dir: str | Path, count: int, seed: int) -> 
     return paths
 
 
+# Metadata keys that are not hyperparameters (the tokenizer, names, file bookkeeping).
+_NOT_HYPERPARAMETERS = ("general.", "tokenizer.", "split.", "quantize.")
+
+
+def mutate_metadata(src: str | Path, out_dir: str | Path, count: int, seed: int) -> list[Path]:
+    """Write ``count`` mutants of ``src`` whose hyperparameters (the ``{arch}.*`` keys the loader
+    reads) take well-typed edge values: 0, 1, huge, a whole array set to one value (all zero,
+    all one, all false, all huge), counts inconsistent with each other. Only values change, so
+    every mutant is a well-formed GGUF (deterministic for a ``seed``)."""
+    import gguf
+
+    src, out_dir = Path(src), Path(out_dir)
+    reader = gguf.GGUFReader(src)
+    keys = [k for k, f in reader.fields.items()
+            if not k.startswith(_NOT_HYPERPARAMETERS) and f.types and f.types[-1] != gguf.GGUFValueType.STRING]
+    rng = random.Random(seed)
+    original = src.read_bytes()
+    paths = []
+    for n in range(count):
+        data = bytearray(original)
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            field = reader.fields[rng.choice(keys)]
+            dtype = field.parts[field.data[0]].dtype
+            if dtype.kind == "f":
+                value: float = rng.choice([0.0, 1.0, 1e-30, 1e30, -1.0])
+            elif dtype.kind == "b" or dtype == np.bool_:
+                value = rng.choice([0, 1])
+            else:
+                info = np.iinfo(dtype)
+                value = rng.choice([0, 1, 2, 3, 7, 64, 4096, 65536, int(info.max)])
+            raw = np.array([value], dtype=dtype).tobytes()
+            indices = field.data if rng.random() < 0.7 else [rng.choice(field.data)]  # whole array or one element
+            for i in indices:
+                offset = _file_offset(reader, field.parts[i])
+                data[offset : offset + len(raw)] = raw
+        path = out_dir / f"{src.stem}-meta-{seed}-{n}.gguf"
+        path.write_bytes(bytes(data))
+        paths.append(path)
+    return paths
+
+
 def _edge_value(rng: random.Random, dtype: np.dtype, nbytes: int) -> bytes:
     if dtype.kind in "ui":
         info = np.iinfo(dtype)

@@ -207,3 +207,36 @@ def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: P
     assert proc.returncode == 0 and lines[-1] == "done", (
         f"mutant {lines[-1] if lines else '?'} killed the process (rc={proc.returncode}): {proc.stderr[-1500:]}"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("qwen35.rope.dimension_count", 0, "rope.dimension_count"),
+        ("qwen35.full_attention_interval", 0, "full_attention_interval"),
+        ("qwen35.rope.dimension_sections", 0, "dimension_sections"),
+    ],
+)
+def test_hybrid_hyperparameters_the_metadata_fuzz_found(tiny_paths, tmp_path, key: str, value: int, message: str) -> None:
+    """Well-typed values that killed (SIGFPE, a ggml assert) or hung the process before a check
+    caught them (tools/fuzz_gguf.py --metadata): each is now a ModelLoadError naming the key."""
+    import gguf
+
+    from mtp_llm import Model, ModelLoadError
+    from mtp_llm.gguf.fuzz import overwrite_field
+
+    src = tiny_paths["hybrid"]
+    path = tmp_path / "mutant.gguf"
+    if key.endswith("dimension_sections"):  # every section zero
+        data = bytearray(src.read_bytes())
+        reader = gguf.GGUFReader(src)
+        field = reader.fields[key]
+        for i in field.data:
+            part = field.parts[i]
+            offset = int(part.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0])
+            data[offset : offset + part.nbytes] = bytes(part.nbytes)
+        path.write_bytes(bytes(data))
+    else:
+        overwrite_field(src, path, key, value)
+    with pytest.raises(ModelLoadError, match=message):
+        Model.load(path)
