@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=1e9, help="seconds; checkpoint and stop after")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reload-every", type=int, default=20, help="steps between looks for new shards")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     weights = [float(w) for w in args.step_weights.split(",")]
@@ -147,11 +148,12 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.time()
     n_rows = 0
     while step < args.steps:
-        if step % 100 == 0:  # pick up shards that hidden.py wrote meanwhile
+        if step % args.reload_every == 0:  # pick up shards that hidden.py wrote meanwhile
             more = load_shards(work / "hidden")
             if len(more) > len(seqs):
                 seqs = more
                 train = seqs[n_val:]
+                say(f"{len(train)} train sequences")
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * min(step, args.steps) / args.steps))
         for group in opt.param_groups:
             group["lr"] = max(lr, args.lr * 0.05)
