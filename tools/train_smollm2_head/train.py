@@ -2,9 +2,11 @@
 
 Reads the shards of hidden.py (tokens + llama.cpp's trunk hidden states), starts from the initial
 head (``mtp_llm.smollm2.initial_head``: the trunk's last block, dequantized), and trains the head
-on the answer positions with teacher forcing for ``--steps-ahead`` draft steps (step s > 1 feeds the
+on the answer positions with teacher forcing for ``len(--step-weights)`` draft steps (step s > 1 feeds the
 head its own previous output, as llama.cpp's draft-mtp does; loss weights ``--step-weights``).
-The LM head is the trunk's token_embd (Q8_0, dequantized, frozen). bf16 autocast, fp32 master
+The LM head is the trunk's token_embd (Q8_0, dequantized, frozen). Targets: the generated token
+(hard) mixed with the trunk's own distribution of it (``--soft``: its logits at the previous position,
+from the same hidden states). The softmax runs over the data's tokens (``--vocab data``). bf16 autocast, fp32 master
 weights, AdamW, warmup + cosine. Checkpoints ``WORK/ckpt.pt`` every ``--ckpt-every`` steps and at
 the end; a rerun resumes from it (same command). Log: ``WORK/train.log``.
 
@@ -60,7 +62,16 @@ def load_shards(hdir: Path) -> list[tuple[np.ndarray, np.ndarray, int]]:
     return seqs
 
 
-def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len: int):
+def data_vocab(seqs, n_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens that occur in the data (every target is one) and a map token -> index in it."""
+    vocab = torch.from_numpy(np.unique(np.concatenate([t for t, _, _ in seqs])))
+    remap = torch.full((n_vocab,), -1, dtype=torch.long)
+    remap[vocab] = torch.arange(len(vocab))
+    return vocab, remap
+
+
+def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len: int, vocab=None,
+               soft: float = 0.0):
     tlen = min(max_len, max(len(t) for t, _, _ in batch))
     B = len(batch)
     x = torch.zeros(B, tlen, dtype=torch.long)
@@ -78,12 +89,22 @@ def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len
     with torch.autocast("cpu", dtype=torch.bfloat16):
         gs = head.steps(emb, h, len(weights))
         losses, accs = [], []
-        Eb = E.to(torch.bfloat16)
+        # the softmax runs over the tokens of the data only (--vocab data): 5-6x less work than
+        # the 49152-token LM head, and every target is among them
+        if vocab is None:
+            Eb, tsel = E.to(torch.bfloat16), target[tgt_mask]
+        else:
+            Eb, tsel = E[vocab[0]].to(torch.bfloat16), vocab[1][target[tgt_mask]]
+        if soft > 0:  # the trunk's own distribution of x[i+1]: its logits at position i (h[i])
+            with torch.no_grad():
+                teacher = (h[tgt_mask].to(torch.bfloat16) @ Eb.t()).float().softmax(-1)
         for g in gs:
             sel = g[tgt_mask]
             logits = sel.to(torch.bfloat16) @ Eb.t()
-            tsel = target[tgt_mask]
-            losses.append(F.cross_entropy(logits.float(), tsel))
+            hard = F.cross_entropy(logits.float(), tsel)
+            if soft > 0:
+                hard = (1 - soft) * hard + soft * F.cross_entropy(logits.float(), teacher)
+            losses.append(hard)
             accs.append((logits.argmax(-1) == tsel).float().mean().item())
     total = sum(w * l for w, l in zip(weights, losses))
     return total, [l.item() for l in losses], accs, int(tgt_mask.sum())
@@ -103,6 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=1e9, help="seconds; checkpoint and stop after")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab", choices=("data", "full"), default="data")
+    ap.add_argument("--soft", type=float, default=0.5,
+                    help="weight of the soft target (the trunk's own distribution of the token) vs the hard one")
     ap.add_argument("--reload-every", type=int, default=20, help="steps between looks for new shards")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -145,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     n_val = max(8, len(seqs) // 30)
     val, train = seqs[:n_val], seqs[n_val:]
     say(f"{len(train)} train / {len(val)} val sequences, {sum(len(t) for t, _, _ in train)} train tokens")
+    vocab = data_vocab(seqs, E.shape[0])
+    say(f"data vocabulary: {len(vocab[0])} tokens")
     t0 = time.time()
     n_rows = 0
     while step < args.steps:
@@ -153,19 +179,21 @@ def main(argv: list[str] | None = None) -> None:
             if len(more) > len(seqs):
                 seqs = more
                 train = seqs[n_val:]
+                vocab = data_vocab(seqs, E.shape[0])
                 say(f"{len(train)} train sequences")
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * min(step, args.steps) / args.steps))
         for group in opt.param_groups:
             group["lr"] = max(lr, args.lr * 0.05)
         idx = rng.choice(len(train), size=args.batch, replace=False)
-        loss, losses, accs, rows = batch_loss(head, E, [train[i] for i in idx], weights, args.max_len)
+        loss, losses, accs, rows = batch_loss(head, E, [train[i] for i in idx], weights, args.max_len,
+                                              vocab if args.vocab == "data" else None, args.soft)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         step += 1
         n_rows += rows
-        if step % 5 == 0:
+        if step % 2 == 0:
             say(f"step {step} loss {' '.join(f'{v:.3f}' for v in losses)} acc {' '.join(f'{a:.3f}' for a in accs)} "
                 f"lr {lr:.2e} {n_rows / (time.time() - t0):.0f} rows/s")
         if step % args.ckpt_every == 0 or step == args.steps:
@@ -173,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         if step % args.eval_every == 0 or step == args.steps:
             with torch.no_grad():
                 res = [batch_loss(head, E, val[i : i + 8], weights, args.max_len) for i in range(0, len(val), 8)]
+            # (validation: the full 49152-token softmax, as llama.cpp drafts)
             n = sum(r[3] for r in res)
             acc = [sum(r[2][s] * r[3] for r in res) / n for s in range(len(weights))]
             ce = [sum(r[1][s] * r[3] for r in res) / n for s in range(len(weights))]
