@@ -165,7 +165,8 @@ def test_mtp_decoding_is_lossless(converted: Path) -> None:
         assert greedy_ids(spec, toks, 64) == greedy_ids(plain, toks, 64)
     st = spec.stats()
     assert st.n_draft == 3
-    assert 0 < st.drafts_accepted <= st.drafts_generated <= 3 * st.iters
+    # the untrained initial head drafts (3 per verify pass) but is rarely right
+    assert st.drafts_generated > 0 and st.drafts_accepted <= st.drafts_generated <= 3 * st.iters
     plain.close()
     spec.close()
 

@@ -38,12 +38,13 @@ def main(argv: list[str] | None = None) -> None:
 
     model = Model.load(converted_path(args.head), load_mtp=True)
     prompts = [model.apply_chat_template([("user", p)]) for p in heldout_prompts(args.prompts)]
-    plain = MTP(model, draft_model=None, n_draft=0, n_threads=args.threads)
+    # flash attention on: with it off the multi-row verify rounds differently (docs/smollm2.md)
+    plain = MTP(model, draft_model=None, n_draft=0, n_threads=args.threads, flash_attn=True)
     ref = [ids(plain, p, args.max_tokens) for p in prompts]
     plain.close()
     result: dict = {"head": str(args.head), "prompts": len(prompts), "max_tokens": args.max_tokens, "n_draft": {}}
     for nd in (int(v) for v in args.n_draft.split(",")):
-        s = MTP(model, n_draft=nd, n_threads=args.threads)
+        s = MTP(model, n_draft=nd, n_threads=args.threads, flash_attn=True)
         same = sum(ids(s, p, args.max_tokens) == r for p, r in zip(prompts, ref))
         st = s.stats()
         result["n_draft"][str(nd)] = {
