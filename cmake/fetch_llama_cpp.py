@@ -33,6 +33,7 @@ PATCHES: dict[str, str] = {
     "0002-repack-padded-gemm.patch": "59e18fc4cfe76cd4e6b720a921f5b444973d1cff634cc0165f3ce65470cdf432",
     "0003-prefetch-next-rows.patch": "73faf8e872b701c57226b77355d83ce358e7748e76e17046ce22aa1714767d6b",
     "0004-prefetch-one-row-path.patch": "f15f3b78626e4a9733e0a50b39f69dedec9081cc1436cfe5008a676119376221",
+    "0005-llama-mtp-graph.patch": "593486e38fa68e9ac923bf7e6f50ef0b6f54056159f82295bbdf6d37c8b5f5e9",
     "0006-grammar-forced-text.patch": "14cfb5a82efe869a52913030a21693b48768a1c251ae6159863078ea6816f44e",
 }
 STAMP = ".mtp_llm_patches"

