@@ -499,6 +499,7 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
         tools: Sequence[Mapping[str, Any] | type | Callable[..., Any] | BaseTool],
         *,
         tool_choice: dict[str, Any] | str | bool | None = None,
+        strict: bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Bind tools; calls are produced under a grammar built from their JSON schemas.
@@ -508,12 +509,15 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
             tool_choice: "auto" (default: call a tool or answer), "any"/"required"/True
                 (must call a tool), "none" (plain answer), or a tool name / OpenAI-style
                 ``{"type": "function", "function": {"name": ...}}`` (must call that tool).
+            strict: accepted for OpenAI compatibility: arguments always follow the tools'
+                schemas here (the grammar enforces them; docs/chat.md lists the few formats
+                whose string values stay free text), so it changes nothing.
             **kwargs: further per-call options bound with the tools.
 
         Returns:
             The model bound to the tools.
         """
-        formatted = [convert_to_openai_tool(t) for t in tools]
+        formatted = [convert_to_openai_tool(t, strict=strict) for t in tools]
         normalize_tool_choice(tool_choice, [str(t["function"]["name"]) for t in formatted])  # fail early
         return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
 

@@ -97,3 +97,20 @@ async def test_llamaindex_astructured_predict(tiny_paths) -> None:
                  max_tokens=96)
     result = await llm.astructured_predict(Forecast, PromptTemplate("About {topic}."), topic="rain")
     jsonschema.validate(result.model_dump(), SCHEMA)
+
+
+def test_langchain_bind_tools_strict_calls_match_the_schema(tiny_paths) -> None:
+    def get_forecast(city: Literal["Paris", "London", "Tokyo"], days: int) -> str:
+        """Forecast for a city."""
+        return city
+
+    bound = chat(tiny_paths).bind_tools([get_forecast], tool_choice="any", strict=True)
+    schema = {
+        "type": "object",
+        "properties": {"city": {"enum": ["Paris", "London", "Tokyo"]}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+    }
+    for prompt in PROMPTS:
+        calls = bound.invoke(prompt).tool_calls
+        assert len(calls) == 1 and calls[0]["name"] == "get_forecast"
+        jsonschema.validate(calls[0]["args"], schema)
