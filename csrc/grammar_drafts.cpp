@@ -35,7 +35,7 @@ public:
         for (Slot * s : slots) {
             Slot::Round & r = s->round;
             r.n_forced = 0;
-            if (r.room <= 0 || r.is_replay) {
+            if (r.room <= 0 || r.is_replay || !s->call.has_grammar) {
                 continue;
             }
             ScopedTimer timer(r.counters.t_draft_us);

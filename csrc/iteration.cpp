@@ -331,22 +331,24 @@ void Session::commit(Slot & s, size_t n_accepted, StepResult & out) {
 }
 
 void Session::commit_tokens(Slot & s, const std::vector<llama_token> & ids, StepResult & out) {
-    const std::vector<TokenLogprobs> & logprobs = s.round.logprobs;
+    std::vector<TokenLogprobs> & logprobs = s.round.logprobs;  // this round's, moved out
     for (size_t i = 0; i < ids.size(); ++i) {
         const llama_token id = ids[i];
-        const std::optional<TokenLogprobs> lp =
-            i < logprobs.size() ? std::optional<TokenLogprobs>(logprobs[i]) : std::nullopt;
+        std::optional<TokenLogprobs> lp;
+        if (i < logprobs.size()) {
+            lp = std::move(logprobs[i]);
+        }
         s.cache.tokens.push_back(s.cache.id_last);
         s.cache.id_last = id;
         if (target_->is_eog(id)) {
-            out.tokens.push_back({id, "", lp});
+            out.tokens.push_back({id, "", std::move(lp)});
             finish(s, out, "eog");
             return;
         }
         bool stopped = false;
         const bool special = s.call.preserved_tokens.count(id) > 0;  // chat markup the parser reads
         std::string text = s.call.text.push(common_token_to_piece(ctx_tgt_.get(), id, special), stopped);
-        out.tokens.push_back({id, std::move(text), lp});
+        out.tokens.push_back({id, std::move(text), std::move(lp)});
         ++s.call.produced;
         if (stopped) {
             finish(s, out, "stop");

@@ -9,6 +9,16 @@
 
 namespace mtp {
 
+llama_context_params one_pass_context_params(int32_t n_tokens, int32_t n_batch, int32_t n_threads) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) std::max(n_tokens, 16);
+    cp.n_batch = cp.n_ubatch = (uint32_t) std::max(1, n_batch);
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = n_threads > 0 ? n_threads : default_threads();
+    cp.no_perf = true;
+    return cp;
+}
+
 ForwardResult forward_with_head(const Model & target, const Model & head, const std::vector<int32_t> & tokens,
                                 int32_t n_threads) {
     if (tokens.empty()) {
@@ -23,12 +33,7 @@ ForwardResult forward_with_head(const Model & target, const Model & head, const 
         fail(ErrorKind::IncompatibleDraft, "the head model does not match the target's width or vocabulary");
     }
     const int32_t T = (int32_t) tokens.size();
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) std::max(T, 16);
-    cp.n_batch = cp.n_ubatch = (uint32_t) std::max(T, 16);
-    cp.n_seq_max = 1;
-    cp.n_threads = cp.n_threads_batch = n_threads > 0 ? n_threads : default_threads();
-    cp.no_perf = true;
+    const llama_context_params cp = one_pass_context_params(T, std::max(T, 16), n_threads);
     clear_log();
     llama_context_ptr tgt(llama_init_from_model(target.get(), cp));
     if (!tgt) {

@@ -17,6 +17,10 @@ struct ForwardResult {
     std::vector<float> head_hidden;   // [n_tokens, n_embd]
 };
 
+// Parameters of a context of its own for one pass over `n_tokens` tokens of one sequence, in
+// decodes of at most `n_batch` rows (n_threads <= 0: every core). Used by scoring.cpp too.
+llama_context_params one_pass_context_params(int32_t n_tokens, int32_t n_batch, int32_t n_threads);
+
 // `head` is the model holding the MTP head (the target itself, or a sidecar).
 ForwardResult forward_with_head(const Model & target, const Model & head, const std::vector<int32_t> & tokens,
                                 int32_t n_threads);

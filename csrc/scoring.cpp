@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "errors.hpp"
+#include "parity.hpp"
 #include "runtime.hpp"
 
 namespace mtp {
@@ -19,12 +20,7 @@ std::vector<float> score_tokens(const Model & model, const std::vector<int32_t> 
         fail(ErrorKind::InvalidOption, "n_batch must be at least 1");
     }
     model.check_tokens(tokens);
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) std::max(T, 16);
-    cp.n_batch = cp.n_ubatch = (uint32_t) std::min(T, n_batch);
-    cp.n_seq_max = 1;
-    cp.n_threads = cp.n_threads_batch = n_threads > 0 ? n_threads : default_threads();
-    cp.no_perf = true;
+    const llama_context_params cp = one_pass_context_params(T, std::min(T, n_batch), n_threads);
     clear_log();
     llama_context_ptr ctx(llama_init_from_model(model.get(), cp));
     if (!ctx) {

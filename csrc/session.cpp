@@ -213,6 +213,7 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
     n_running_.fetch_add(1);
     try {
         s.call.sampler = std::move(sampler);
+        s.call.has_grammar = has_grammar;
         s.call.preserved_tokens = sampling.preserved_tokens;
         prepare(s, prompt, g);
     } catch (...) {

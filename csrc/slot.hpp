@@ -68,6 +68,7 @@ struct Slot {
         std::optional<Observation> pending_observation;  // a drafting pass waiting for its replay
 
         common_sampler_ptr sampler;
+        bool has_grammar = false;                // the sampler constrains the output with a grammar
         std::set<llama_token> preserved_tokens;  // emitted as text (a chat grammar's markup)
         std::vector<llama_token> prompt;         // prompt tokens still to process (all but the last)
         size_t prompt_done = 0;

@@ -11,6 +11,7 @@ which is where its asserts live.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +62,30 @@ def mutate_gguf(src: str | Path, out_dir: str | Path, count: int, seed: int) -> 
     parts = [f.parts[i] for f in reader.fields.values() for i in f.data]
     parts += [p for t in reader.tensors for p in t.field.parts[2:]]  # n_dims, dims, type, offset
     targets = [(_file_offset(reader, p), p.nbytes, p.dtype) for p in parts if p.nbytes]
+
+    def mutate(rng: random.Random, data: bytearray) -> None:
+        offset, nbytes, dtype = rng.choice(targets)
+        if dtype.kind in "uif" and nbytes > dtype.itemsize:  # one element of an array
+            offset += rng.randrange(nbytes // dtype.itemsize) * dtype.itemsize
+            nbytes = dtype.itemsize
+        data[offset : offset + nbytes] = _edge_value(rng, dtype, nbytes)
+
+    return _write_mutants(src, out_dir / f"{src.stem}-mutant-{seed}", count, seed, mutate)
+
+
+def _write_mutants(
+    src: Path, prefix: Path, count: int, seed: int, mutate: Callable[[random.Random, bytearray], None]
+) -> list[Path]:
+    """``count`` copies of ``src`` (``{prefix}-{n}.gguf``), each changed by one to three
+    ``mutate`` calls drawn from one seeded generator."""
     rng = random.Random(seed)
     original = src.read_bytes()
     paths = []
     for n in range(count):
         data = bytearray(original)
         for _ in range(rng.choice([1, 1, 2, 3])):
-            offset, nbytes, dtype = rng.choice(targets)
-            if dtype.kind in "uif" and nbytes > dtype.itemsize:  # one element of an array
-                offset += rng.randrange(nbytes // dtype.itemsize) * dtype.itemsize
-                nbytes = dtype.itemsize
-            data[offset : offset + nbytes] = _edge_value(rng, dtype, nbytes)
-        path = out_dir / f"{src.stem}-mutant-{seed}-{n}.gguf"
+            mutate(rng, data)
+        path = prefix.parent / f"{prefix.name}-{n}.gguf"
         path.write_bytes(bytes(data))
         paths.append(path)
     return paths
@@ -93,30 +106,24 @@ def mutate_metadata(src: str | Path, out_dir: str | Path, count: int, seed: int)
     reader = gguf.GGUFReader(src)
     keys = [k for k, f in reader.fields.items()
             if not k.startswith(_NOT_HYPERPARAMETERS) and f.types and f.types[-1] != gguf.GGUFValueType.STRING]
-    rng = random.Random(seed)
-    original = src.read_bytes()
-    paths = []
-    for n in range(count):
-        data = bytearray(original)
-        for _ in range(rng.choice([1, 1, 2, 3])):
-            field = reader.fields[rng.choice(keys)]
-            dtype = field.parts[field.data[0]].dtype
-            if dtype.kind == "f":
-                value: float = rng.choice([0.0, 1.0, 1e-30, 1e30, -1.0])
-            elif dtype.kind == "b" or dtype == np.bool_:
-                value = rng.choice([0, 1])
-            else:
-                info = np.iinfo(dtype)
-                value = rng.choice([0, 1, 2, 3, 7, 64, 4096, 65536, int(info.max)])
-            raw = np.array([value], dtype=dtype).tobytes()
-            indices = field.data if rng.random() < 0.7 else [rng.choice(field.data)]  # whole array or one element
-            for i in indices:
-                offset = _file_offset(reader, field.parts[i])
-                data[offset : offset + len(raw)] = raw
-        path = out_dir / f"{src.stem}-meta-{seed}-{n}.gguf"
-        path.write_bytes(bytes(data))
-        paths.append(path)
-    return paths
+
+    def mutate(rng: random.Random, data: bytearray) -> None:
+        field = reader.fields[rng.choice(keys)]
+        dtype = field.parts[field.data[0]].dtype
+        if dtype.kind == "f":
+            value: float = rng.choice([0.0, 1.0, 1e-30, 1e30, -1.0])
+        elif dtype.kind == "b" or dtype == np.bool_:
+            value = rng.choice([0, 1])
+        else:
+            info = np.iinfo(dtype)
+            value = rng.choice([0, 1, 2, 3, 7, 64, 4096, 65536, int(info.max)])
+        raw = np.array([value], dtype=dtype).tobytes()
+        indices = field.data if rng.random() < 0.7 else [rng.choice(field.data)]  # whole array or one element
+        for i in indices:
+            offset = _file_offset(reader, field.parts[i])
+            data[offset : offset + len(raw)] = raw
+
+    return _write_mutants(src, out_dir / f"{src.stem}-meta-{seed}", count, seed, mutate)
 
 
 def _edge_value(rng: random.Random, dtype: np.dtype, nbytes: int) -> bytes:

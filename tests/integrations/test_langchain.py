@@ -29,7 +29,6 @@ from mtp_llm.langchain import MTPLLM, ChatMTP, MTPEmbeddings, MTPStatsHandler
 
 from tests.helpers import THREADS, LoopTicker
 from tests.helpers.langsmith import Recorded, posted_runs
-from tests.helpers.langsmith import Recorded, posted_runs
 
 N = 12  # tokens per call on the accept100 model: n_draft=3 -> 3 verify passes of 4 tokens
 

@@ -10,7 +10,6 @@ from mtp_llm import Model, TokenEvent
 from mtp_llm.langchain import ChatMTP, MTPLLM
 from tests.helpers import THREADS, make_session
 
-pytest.importorskip("llama_index.core")
 
 
 def reference(path, prompt: str, n: int, k: int) -> list[TokenEvent]:
@@ -51,6 +50,7 @@ def test_langchain_llm_generation_info_logprobs_match_the_engine(tiny_paths) -> 
 
 
 def test_llamaindex_completion_and_chat_logprobs(tiny_paths) -> None:
+    pytest.importorskip("llama_index.core")
     from llama_index.core.llms import ChatMessage
 
     from mtp_llm.llamaindex import MTPLLM as LlamaIndexMTPLLM

@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field
 from mtp_llm.langchain import ChatMTP
 from tests.helpers import THREADS
 
-pytest.importorskip("llama_index.core")
 
 PROMPTS = ["Weather in Paris?", "Plan a trip", "Hello", "What should I pack for London in May?"]
 
@@ -71,6 +70,7 @@ def test_langchain_rejects_an_unknown_method(tiny_paths) -> None:
 
 
 def test_llamaindex_structured_predict_and_structured_llm(tiny_paths) -> None:
+    pytest.importorskip("llama_index.core")
     from llama_index.core.llms import ChatMessage
     from llama_index.core.prompts import PromptTemplate
 
@@ -89,6 +89,7 @@ def test_llamaindex_structured_predict_and_structured_llm(tiny_paths) -> None:
 
 
 async def test_llamaindex_astructured_predict(tiny_paths) -> None:
+    pytest.importorskip("llama_index.core")
     from llama_index.core.prompts import PromptTemplate
 
     from mtp_llm.llamaindex import MTPLLM
