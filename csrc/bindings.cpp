@@ -278,6 +278,24 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("target"), py::arg("head"), py::arg("tokens"), py::arg("n_threads") = 0,
        "Every-position logits and hidden states of the target and the MTP head (export checks).");
 
+    m.def("trunk_hidden_states", [](const mtp::Model & target, const std::vector<std::vector<int32_t>> & sequences,
+                                    int n_threads) {
+        std::vector<std::vector<float>> hs;
+        {
+            py::gil_scoped_release release;
+            hs = mtp::trunk_hidden_states(target, sequences, n_threads);
+        }
+        const py::ssize_t n_embd = (py::ssize_t) llama_model_n_embd_out(target.get());
+        py::list out;
+        for (const auto & h : hs) {
+            py::array_t<float> a({(py::ssize_t) h.size() / n_embd, n_embd});
+            std::memcpy(a.mutable_data(), h.data(), h.size() * sizeof(float));
+            out.append(a);
+        }
+        return out;
+    }, py::arg("target"), py::arg("sequences"), py::arg("n_threads") = 0,
+       "The trunk's post-norm hidden state of every position of each sequence (head training data).");
+
     // The automatic draft length's policy on its own, for tests that feed it exact costs.
     py::class_<mtp::DraftController>(m, "DraftController")
         .def(py::init<int32_t>(), py::arg("n_max"))

@@ -90,4 +90,46 @@ ForwardResult forward_with_head(const Model & target, const Model & head, const 
     return r;
 }
 
+std::vector<std::vector<float>> trunk_hidden_states(const Model & target,
+                                                    const std::vector<std::vector<int32_t>> & sequences,
+                                                    int32_t n_threads) {
+    int32_t longest = 0;
+    for (const auto & tokens : sequences) {
+        if (tokens.empty()) {
+            fail(ErrorKind::InvalidPrompt, "trunk_hidden_states needs at least one token per sequence");
+        }
+        target.check_tokens(tokens);
+        longest = std::max(longest, (int32_t) tokens.size());
+    }
+    std::vector<std::vector<float>> out;
+    if (sequences.empty()) {
+        return out;
+    }
+    const llama_context_params cp = one_pass_context_params(longest, std::max(longest, 16), n_threads);
+    clear_log();
+    llama_context_ptr ctx(llama_init_from_model(target.get(), cp));
+    if (!ctx) {
+        fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create the target context"));
+    }
+    ComputeThreads threads(cp.n_threads, cp.n_threads_batch);  // ends before the context
+    threads.attach(ctx.get());
+    llama_set_embeddings_nextn(ctx.get(), true, false);
+    const size_t n_embd = (size_t) llama_model_n_embd_out(target.get());
+    common_batch batch(ctx.get());
+    for (const auto & tokens : sequences) {
+        llama_memory_clear(llama_get_memory(ctx.get()), true);
+        batch.clear();
+        const int32_t T = (int32_t) tokens.size();
+        for (int32_t i = 0; i < T; ++i) {
+            batch.add(tokens[i], i, 0, i == T - 1);
+        }
+        if (llama_process(ctx.get(), LLAMA_PROCESS_TYPE_DECODE, batch.get()) != 0) {
+            fail(ErrorKind::Decode, with_log("llama.cpp failed to decode the tokens"));
+        }
+        const float * h = llama_get_embeddings_nextn(ctx.get());
+        out.emplace_back(h, h + (size_t) T * n_embd);
+    }
+    return out;
+}
+
 }  // namespace mtp

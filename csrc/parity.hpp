@@ -25,4 +25,11 @@ llama_context_params one_pass_context_params(int32_t n_tokens, int32_t n_batch, 
 ForwardResult forward_with_head(const Model & target, const Model & head, const std::vector<int32_t> & tokens,
                                 int32_t n_threads);
 
+// The trunk's post-final-norm hidden state of every position of each sequence (the state an MTP
+// head consumes), each sequence decoded alone in one reused context: [T_i * n_embd] per sequence.
+// Training data for heads; no logits or head pass (forward_with_head's cost without them).
+std::vector<std::vector<float>> trunk_hidden_states(const Model & target,
+                                                    const std::vector<std::vector<int32_t>> & sequences,
+                                                    int32_t n_threads);
+
 }  // namespace mtp

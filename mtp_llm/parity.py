@@ -39,6 +39,14 @@ def forward_with_head(
     return _core.forward_with_head(model._native, head_model._native, list(tokens), n_threads or 0)
 
 
+def trunk_hidden_states(
+    model: Model, sequences: Sequence[Sequence[int]], *, n_threads: int | None = None
+) -> list[np.ndarray]:
+    """The trunk's post-norm hidden state (what an MTP head consumes) at every position of each
+    sequence, ``[len(seq), n_embd]`` float32 each; one prompt pass per sequence, no logits."""
+    return _core.trunk_hidden_states(model._native, [list(s) for s in sequences], n_threads or 0)
+
+
 def compare_with_reference(
     model_path: str | os.PathLike[str],
     reference: str | os.PathLike[str],

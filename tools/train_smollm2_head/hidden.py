@@ -2,9 +2,8 @@
 
 For each line of ``WORK/gen.jsonl`` this computes the post-final-norm hidden state of every
 position, the state llama's graph hands the MTP head (``t_h_nextn`` in patch 0005). ``--backend
-llama`` takes it from llama.cpp itself (the converted model through
-``mtp_llm.parity.forward_with_head``: exact, but it also computes every position's logits and the
-head); ``--backend torch`` (default) from trunk.py's fp32 twin on the dequantized weights, which
+llama`` takes it from llama.cpp itself (the source model through
+``mtp_llm.parity.trunk_hidden_states``: exact, one prompt pass per sequence); ``--backend torch`` (default) from trunk.py's fp32 twin on the dequantized weights, which
 differs from llama.cpp's Q4_1/Q8_1 arithmetic by ~3.5% (relative) and gives the same argmax at
 ~0.98 of positions, about the noise between llama.cpp's own flash-attention settings. Writes shards
 ``WORK/hidden/shard-NNNNN.npz`` (tokens, n_prompt, offsets, hidden as float16) of ``--shard``
@@ -51,8 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from mtp_llm import Model
-    from mtp_llm.parity import forward_with_head
-    from mtp_llm.smollm2 import converted_path, source_path
+    from mtp_llm.parity import trunk_hidden_states
+    from mtp_llm.smollm2 import source_path
 
     if args.backend == "torch":
         import torch
@@ -72,11 +71,10 @@ def main(argv: list[str] | None = None) -> None:
                                      torch.ones(len(batch), t, dtype=torch.bool))
             return [h[i, : len(s)].numpy().astype(np.float16) for i, s in enumerate(batch)]
     else:
-        model = Model.load(converted_path(None), load_mtp=True)
+        model = Model.load(source_path(), load_mtp=False)
 
         def hidden_of(batch: list[list[int]]) -> list[np.ndarray]:
-            return [forward_with_head(model, s, n_threads=args.threads)["trunk_hidden"].astype(np.float16)
-                    for s in batch]
+            return [h.astype(np.float16) for h in trunk_hidden_states(model, batch, n_threads=args.threads)]
     hdir = args.work_dir / "hidden"
     hdir.mkdir(parents=True, exist_ok=True)
     n_shards = len(list(hdir.glob("shard-*.npz")))
