@@ -152,21 +152,22 @@ def test_plain_decoding_is_exact(source: Path, converted: Path) -> None:
     sb.close()
 
 
-def test_mtp_decoding_is_lossless(converted: Path) -> None:
-    """Greedy MTP decoding with the head equals plain decoding of the same file, with flash
-    attention on. (Off, the CPU default, the verify pass's multi-row F16 KQ/KQV matmuls round
-    differently from the one-row pass and 8 of 8 answers part within 64 tokens, at n_draft 1 and 3
-    alike; with flash attention each query row is computed the same way in any batch.)"""
+@pytest.mark.parametrize("flash_attn", [None, True], ids=["flash-attn-default-off", "flash-attn-on"])
+@pytest.mark.parametrize("n_draft", [1, 3])
+def test_mtp_decoding_is_lossless(converted: Path, flash_attn: bool | None, n_draft: int) -> None:
+    """Greedy MTP decoding with the head equals plain decoding of the same file, token for token.
+    Without flash attention (the CPU default) this needs patch 0008: before it, the verify pass's
+    multi-row F16 KQ/KQV matmuls went through tinyBLAS and rounded differently from the one-row
+    pass, and 8 of 8 answers parted from plain decoding within 64 tokens."""
     model = Model.load(converted)
-    plain = MTP(model, draft_model=None, n_draft=0, n_threads=THREADS, flash_attn=True)
-    spec = MTP(model, n_draft=3, n_threads=THREADS, flash_attn=True)
+    plain = MTP(model, draft_model=None, n_draft=0, n_threads=THREADS, flash_attn=flash_attn)
+    spec = MTP(model, n_draft=n_draft, n_threads=THREADS, flash_attn=flash_attn)
     for p in CHAT_PROMPTS[:8]:
         toks = plain.tokenize_prompt(model.apply_chat_template([("user", p)]))
         assert greedy_ids(spec, toks, 64) == greedy_ids(plain, toks, 64)
     st = spec.stats()
-    assert st.n_draft == 3
-    # the untrained initial head drafts (3 per verify pass) but is rarely right
-    assert st.drafts_generated > 0 and st.drafts_accepted <= st.drafts_generated <= 3 * st.iters
+    assert st.n_draft == n_draft
+    assert st.drafts_generated > 0 and st.drafts_accepted <= st.drafts_generated <= n_draft * st.iters
     plain.close()
     spec.close()
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from prompts import train_prompts  # noqa: E402
+from prompts import heldout_prompts, train_prompts  # noqa: E402
 
 DEFAULT_WORK = Path(__file__).resolve().parents[2] / "build" / "smollm2_head"
 
@@ -31,13 +31,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--set", choices=("train", "heldout"), default="train",
+                    help="heldout: held-out prompts 20.. (evaluate.py uses the first 20) into gen-heldout.jsonl, "
+                         "train.py's validation")
     args = ap.parse_args(argv)
 
     from mtp_llm import MTP, Model
     from mtp_llm.smollm2 import source_path
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    out = args.work_dir / "gen.jsonl"
+    out = args.work_dir / ("gen.jsonl" if args.set == "train" else "gen-heldout.jsonl")
     done: set[int] = set()
     if out.exists():
         for line in out.read_text().splitlines():
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
                 done.add(int(json.loads(line)["i"]))
             except (ValueError, KeyError):
                 pass  # a line cut by a kill: its prompt is answered again
-    prompts = train_prompts()[: args.limit]
+    prompts = train_prompts()[: args.limit] if args.set == "train" else heldout_prompts(20 + args.limit)[20:]
     todo = [i for i in range(len(prompts)) if i not in done]
     print(f"{len(done)} done, {len(todo)} to go", flush=True)
 

@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backend", choices=("torch", "llama"), default="torch",
                     help="torch: trunk.py's fp32 twin, ~3.5x faster here, h within 3.5%% (relative) of "
                          "llama.cpp's and the same argmax at 0.98 of positions; llama: llama.cpp itself")
+    ap.add_argument("--set", choices=("train", "heldout"), default="train",
+                    help="heldout: gen-heldout.jsonl into hidden-heldout/ (train.py's validation)")
     args = ap.parse_args(argv)
 
     from mtp_llm import Model
@@ -75,19 +77,23 @@ def main(argv: list[str] | None = None) -> None:
 
         def hidden_of(batch: list[list[int]]) -> list[np.ndarray]:
             return [h.astype(np.float16) for h in trunk_hidden_states(model, batch, n_threads=args.threads)]
-    hdir = args.work_dir / "hidden"
+    hdir = args.work_dir / ("hidden" if args.set == "train" else "hidden-heldout")
+    gen = args.work_dir / ("gen.jsonl" if args.set == "train" else "gen-heldout.jsonl")
     hdir.mkdir(parents=True, exist_ok=True)
     n_shards = len(list(hdir.glob("shard-*.npz")))
     pos = n_shards * args.shard
     t0 = time.time()
     n_tok = 0
     while True:
-        rows = load_lines(args.work_dir / "gen.jsonl")
+        rows = load_lines(gen)
         if len(rows) - pos < args.shard:
-            if not args.follow:
+            if not args.follow and len(rows) > pos and args.set == "heldout":
+                args.shard = len(rows) - pos  # the last, short shard of a finished held-out set
+            elif not args.follow:
                 break
-            time.sleep(30)
-            continue
+            else:
+                time.sleep(30)
+                continue
         chunk = rows[pos : pos + args.shard]
         tokens, offsets, n_prompt, hidden = [], [0], [], []
         for a in range(0, len(chunk), 8):

@@ -110,6 +110,50 @@ def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len
     return total, [l.item() for l in losses], accs, int(tgt_mask.sum())
 
 
+def correct_per_step(head: Head, E: torch.Tensor, seqs, n_steps: int) -> list[np.ndarray]:
+    """Per sequence, [n_steps, T] booleans: step s at row i drafts x[i+1] right (full-vocabulary argmax,
+    as llama.cpp drafts), with the earlier steps' inputs teacher forced."""
+    out = []
+    Eb = E.to(torch.bfloat16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for toks, hid, _ in seqs:
+            x = torch.from_numpy(toks)[None]
+            h = torch.from_numpy(hid.astype(np.float32))[None]
+            gs = head.steps(E[x], h, n_steps)
+            rows = []
+            for g in gs:
+                pred = (g[0].to(torch.bfloat16) @ Eb.t()).argmax(-1)
+                rows.append((pred[:-1] == x[0, 1:]).numpy())
+            out.append(np.stack(rows))
+    return out
+
+
+def simulate_engine(correct: list[np.ndarray], n_prompts: list[int], n_draft: int) -> dict:
+    """What the engine's greedy MTP loop would count on these answers: drafting starts at the first
+    answer token; a pass drafts up to n_draft tokens (step s at row p+s-1) and accepts the leading
+    correct ones; the next pass starts after them and the target's own token."""
+    drafted = np.zeros(n_draft, np.int64)
+    accepted = np.zeros(n_draft, np.int64)
+    passes = 0
+    for c, n_prompt in zip(correct, n_prompts):
+        last = c.shape[1]  # rows 0..last-1 have a next token
+        p = n_prompt
+        while p < last:
+            n = min(n_draft, last - p)
+            k = 0
+            while k < n and c[k, p + k]:
+                k += 1
+            drafted[:n] += 1
+            accepted[:k] += 1
+            passes += 1
+            p += k + 1
+    return {
+        "acceptance": float(accepted.sum() / max(drafted.sum(), 1)),
+        "per_position": [float(a / d) if d else 0.0 for a, d in zip(accepted, drafted)],
+        "tokens_per_verify": float(1 + accepted.sum() / max(passes, 1)),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work-dir", type=Path, default=DEFAULT_WORK)
@@ -127,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--vocab", choices=("data", "full"), default="data")
     ap.add_argument("--soft", type=float, default=0.5,
                     help="weight of the soft target (the trunk's own distribution of the token) vs the hard one")
+    ap.add_argument("--heldout", type=int, default=40,
+                    help="validation sequences from hidden-heldout/ (held-out prompts), when it exists")
     ap.add_argument("--reload-every", type=int, default=20, help="steps between looks for new shards")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -166,8 +212,10 @@ def main(argv: list[str] | None = None) -> None:
         tmp.replace(ckpt)
 
     seqs = load_shards(work / "hidden")
-    n_val = max(8, len(seqs) // 30)
-    val, train = seqs[:n_val], seqs[n_val:]
+    heldout = load_shards(work / "hidden-heldout")[: args.heldout]
+    n_val = 0 if heldout else max(8, len(seqs) // 30)
+    val, train = (heldout if heldout else seqs[:n_val]), seqs[n_val:]
+    say(f"validation: {'held-out prompts' if heldout else 'train-prompt sequences'} ({len(val)})")
     say(f"{len(train)} train / {len(val)} val sequences, {sum(len(t) for t, _, _ in train)} train tokens")
     vocab = data_vocab(seqs, E.shape[0])
     say(f"data vocabulary: {len(vocab[0])} tokens")
@@ -205,8 +253,12 @@ def main(argv: list[str] | None = None) -> None:
             n = sum(r[3] for r in res)
             acc = [sum(r[2][s] * r[3] for r in res) / n for s in range(len(weights))]
             ce = [sum(r[1][s] * r[3] for r in res) / n for s in range(len(weights))]
-            say(f"VAL step {step} ce {' '.join(f'{v:.3f}' for v in ce)} acc {' '.join(f'{a:.3f}' for a in acc)}")
-            (work / "val.json").write_text(json.dumps({"step": step, "ce": ce, "acc": acc}) + "\n")
+            correct = correct_per_step(head, E, val, len(weights))
+            sims = {nd: simulate_engine(correct, [n for _, _, n in val], nd) for nd in (1, len(weights))}
+            say(f"VAL step {step} ce {' '.join(f'{v:.3f}' for v in ce)} acc {' '.join(f'{a:.3f}' for a in acc)} "
+                f"| engine-like: n_draft=1 acceptance {sims[1]['acceptance']:.3f}, n_draft={len(weights)} "
+                f"{sims[len(weights)]['tokens_per_verify']:.2f} tokens/verify")
+            (work / "val.json").write_text(json.dumps({"step": step, "ce": ce, "acc": acc, "simulated": sims}) + "\n")
         if time.time() - t0 > args.time_limit:
             save()
             say("time limit reached")
