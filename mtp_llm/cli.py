@@ -125,7 +125,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     options = {name: getattr(args, name) for name in GENERATE_FLAGS}
     done = None
     out = sys.stdout
-    for event in session.stream_events(args.prompt, **options):
+    prompt = session.model.apply_chat_template([("user", args.prompt)]) if args.chat else args.prompt
+    for event in session.stream_events(prompt, **options):
         if type(event) is TokenEvent and event.text:
             out.write(event.text)
             out.flush()
@@ -250,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session_args(gen)
     generation = {spec.name: spec for spec in option_specs(GenerationOptions)}
     option_flags(gen, [generation[name] for name in GENERATE_FLAGS], defaults=GENERATE_DEFAULTS)
+    gen.add_argument("--chat", action="store_true",
+                     help="send the prompt as one user message through the model's chat template")
     gen.add_argument("--json", action="store_true", help="print the stats as JSON")
     gen.add_argument("--quiet-stats", action="store_true", help="print the stats line to stderr")
     gen.add_argument("prompt")

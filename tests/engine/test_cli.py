@@ -50,6 +50,17 @@ def test_cli_no_mtp(tiny_paths) -> None:
 
 
 
+def test_cli_chat_needs_a_chat_template(tiny_paths) -> None:
+    """--chat on a model without a chat template is a clear error (the real model's run is in test_real_model)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "generate", "--model", str(tiny_paths["random"]), "--threads", "1",
+         "--max-tokens", "4", "--chat", "Hi"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2 and "no chat template" in proc.stderr and "Traceback" not in proc.stderr
+
+
+
 def test_cli_reports_errors_without_traceback(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "mtp_llm", "generate", "--model", str(tmp_path / "missing.gguf"), "Hi"],

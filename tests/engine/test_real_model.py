@@ -172,6 +172,20 @@ def test_mtp_decoding_is_lossless(converted: Path, flash_attn: bool | None, n_dr
     spec.close()
 
 
+def test_cli_chat_answers(source: Path) -> None:
+    """`mtp-llm generate --chat` sends the prompt through the model's chat template."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "generate", "--model", str(source), "--no-mtp", "--chat", "--threads",
+         str(THREADS), "--max-tokens", "16", "--temp", "0", "What is the capital of France? Answer in one sentence."],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("The capital of France is Paris.")
+
+
 def test_built_in_needs_the_pinned_head(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The built-in file is made only from the shipped head with the pinned hash."""
     fake = tmp_path / "head.gguf"

@@ -34,7 +34,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", choices=("train", "heldout"), default="train",
                     help="heldout: held-out prompts 20.. (evaluate.py uses the first 20) into gen-heldout.jsonl, "
                          "train.py's validation")
+    ap.add_argument("--part", type=str, default="0/1",
+                    help="K/N: answer only prompts i with i %% N == K (N processes of 1 thread each share the "
+                         "file: on a shared machine, ggml's threads of one process stall each other less)")
     args = ap.parse_args(argv)
+    part, parts = (int(v) for v in args.part.split("/"))
 
     from mtp_llm import MTP, Model
     from mtp_llm.smollm2 import source_path
@@ -49,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
             except (ValueError, KeyError):
                 pass  # a line cut by a kill: its prompt is answered again
     prompts = train_prompts()[: args.limit] if args.set == "train" else heldout_prompts(20 + args.limit)[20:]
-    todo = [i for i in range(len(prompts)) if i not in done]
+    todo = [i for i in range(len(prompts)) if i not in done and i % parts == part]
     print(f"{len(done)} done, {len(todo)} to go", flush=True)
 
     model = Model.load(source_path(), load_mtp=False)
