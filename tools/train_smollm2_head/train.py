@@ -71,7 +71,7 @@ def data_vocab(seqs, n_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len: int, vocab=None,
-               soft: float = 0.0):
+               soft: float = 0.0, hard: str = "data"):
     tlen = min(max_len, max(len(t) for t, _, _ in batch))
     B = len(batch)
     x = torch.zeros(B, tlen, dtype=torch.long)
@@ -95,9 +95,11 @@ def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len
             Eb, tsel = E.to(torch.bfloat16), target[tgt_mask]
         else:
             Eb, tsel = E[vocab[0]].to(torch.bfloat16), vocab[1][target[tgt_mask]]
-        if soft > 0:  # the trunk's own distribution of x[i+1]: its logits at position i (h[i])
+        if soft > 0 or hard == "trunk":  # the trunk's own distribution of x[i+1]: its logits at position i (h[i])
             with torch.no_grad():
                 teacher = (h[tgt_mask].to(torch.bfloat16) @ Eb.t()).float().softmax(-1)
+            if hard == "trunk":  # what the trunk itself would write there (answers made by another model)
+                tsel = teacher.argmax(-1)
         for g in gs:
             sel = g[tgt_mask]
             logits = sel.to(torch.bfloat16) @ Eb.t()
@@ -171,6 +173,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--vocab", choices=("data", "full"), default="data")
     ap.add_argument("--soft", type=float, default=0.5,
                     help="weight of the soft target (the trunk's own distribution of the token) vs the hard one")
+    ap.add_argument("--hard", choices=("data", "trunk"), default="trunk",
+                    help="hard target: the answer's next token, or the trunk's own argmax there (the same for "
+                         "answers the Q4_1 source wrote; the right one for answers of requant.py's Q8_0 copy)")
     ap.add_argument("--heldout", type=int, default=40,
                     help="validation sequences from hidden-heldout/ (held-out prompts), when it exists")
     ap.add_argument("--reload-every", type=int, default=20, help="steps between looks for new shards")
@@ -234,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
             group["lr"] = max(lr, args.lr * 0.05)
         idx = rng.choice(len(train), size=args.batch, replace=False)
         loss, losses, accs, rows = batch_loss(head, E, [train[i] for i in idx], weights, args.max_len,
-                                              vocab if args.vocab == "data" else None, args.soft)
+                                              vocab if args.vocab == "data" else None, args.soft, args.hard)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
