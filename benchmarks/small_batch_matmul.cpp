@@ -136,14 +136,18 @@ static void run_mm(ggml_tensor * W, const std::vector<float> & x, int n, int nth
 }
 
 static int check() {
-    const ggml_type types[] = { GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0 };
+    const ggml_type types[] = { GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1 };
     const int ks[] = { 96, 256, 768, 800, 2304, 4096 };  // 96, 800: odd block counts
     const int ms[] = { 1, 7, 64, 333 };
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     int failures = 0;
     for (ggml_type t : types) {
-        const ggml_type vt = t == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+        const ggml_type vt = t == GGML_TYPE_F16 ? GGML_TYPE_F16 : t == GGML_TYPE_Q4_1 ? GGML_TYPE_Q8_1 : GGML_TYPE_Q8_0;
+        // batch invariance: each column of an n-column product (n <= 8, a verify pass) bit for bit the product
+        // of that column alone (plain decoding); required of f16 (patch 0008) and q4_1 (0009)
+        const bool exact = t == GGML_TYPE_F16 || t == GGML_TYPE_Q4_1;
+        int64_t inexact = 0;
         const auto * tt  = ggml_get_type_traits(t);
         const auto * vtt = ggml_get_type_traits(vt);
         double worst_new = 0, worst_old = 0, worst_diff = 0;
@@ -165,7 +169,16 @@ static int check() {
                     } else {
                         // the CPU backend's own quantizer, as used for src1 (rounding may differ from ggml_quantize_chunk)
                         ggml_get_type_traits_cpu(vt)->from_float(x.data() + (size_t) c * k, qbuf.data(), k);
-                        vtt->to_float(qbuf.data(), xq.data() + (size_t) c * k, k);
+                        if (vt == GGML_TYPE_Q8_1) {  // no to_float for q8_1: d * q per 36-byte block (d, s, 32 quants)
+                            for (int j = 0; j < k; ++j) {
+                                const uint8_t * blk = qbuf.data() + (size_t) (j / 32) * 36;
+                                ggml_fp16_t d;
+                                memcpy(&d, blk, sizeof(d));
+                                xq[(size_t) c * k + j] = ggml_fp16_to_fp32(d) * (float) (int8_t) blk[4 + j % 32];
+                            }
+                        } else {
+                            vtt->to_float(qbuf.data(), xq.data() + (size_t) c * k, k);
+                        }
                     }
                 }
                 std::vector<double> ref((size_t) m * n);
@@ -194,12 +207,27 @@ static int check() {
                         ++failures;
                         printf("FAIL %s k=%d m=%d n=%d threads=%d: new %.3g old %.3g\n", ggml_type_name(t), k, m, n, nt, en, eo);
                     }
+                    if (n >= 2 && n <= 8) {
+                        int64_t differ = 0;
+                        for (int c = 0; c < n; ++c) {
+                            std::vector<float> xc(x.begin() + (size_t) c * k, x.begin() + (size_t) (c + 1) * k), y1;
+                            run_mm(W, xc, 1, nt, false, y1);
+                            differ += memcmp(y1.data(), ynew.data() + (size_t) c * m, sizeof(float) * m) != 0;
+                        }
+                        inexact += differ;
+                        if (exact && differ) {
+                            ++failures;
+                            printf("FAIL %s k=%d m=%d n=%d threads=%d: %lld columns differ from their one-column product\n",
+                                   ggml_type_name(t), k, m, n, nt, (long long) differ);
+                        }
+                    }
                 }
             }
             ggml_free(ctx);
         }
         printf("%-5s max |err|/max|ref| over k in {96,256,768,800,2304,4096}, m in {1,7,64,333}, n=1..16, threads 1,2: "
-               "patched %.2e, pre-patch %.2e, patched vs pre-patch %.2e\n", ggml_type_name(t), worst_new, worst_old, worst_diff);
+               "patched %.2e, pre-patch %.2e, patched vs pre-patch %.2e; columns of n=2..8 products unlike "
+               "their one-column product: %lld\n", ggml_type_name(t), worst_new, worst_old, worst_diff, (long long) inexact);
     }
     printf(failures ? "check: %d FAILURES\n" : "check: all passed\n", failures);
     return failures ? 1 : 0;

@@ -36,6 +36,7 @@ PATCHES: dict[str, str] = {
     "0005-llama-mtp-graph.patch": "593486e38fa68e9ac923bf7e6f50ef0b6f54056159f82295bbdf6d37c8b5f5e9",
     "0006-grammar-forced-text.patch": "14cfb5a82efe869a52913030a21693b48768a1c251ae6159863078ea6816f44e",
     "0008-batch-invariant-float-matmul.patch": "80a619ca1dbb83d6a60ff0865407a9f31d70ffc2234720737d964d3452da26a7",
+    "0009-small-batch-q4_1-exact.patch": "a9b4e33a5e8340291c4afed1cf18a9b3a855fc70d753bba477f75b54118554f3",
 }
 STAMP = ".mtp_llm_patches"
 

@@ -1,4 +1,5 @@
-"""The shipped default model: size, tokenizer, export parity with PyTorch, losslessness, acceptance."""
+"""The shipped Shakespeare test model (the built-in default where no SmolLM2 head is shipped): size,
+tokenizer, export parity with PyTorch, losslessness, acceptance."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mtp_llm import MTP, Model
-from mtp_llm.default_model import DEFAULT_MODEL_NAME, MODELS_DIR, default_model_path, default_split_paths
+from mtp_llm.default_model import MODELS_DIR, SHAKESPEARE_MODEL_NAME, shakespeare_model_path, shakespeare_split_paths
 from mtp_llm.parity import compare_with_reference
 
 from tests.helpers import THREADS, make_session
@@ -24,12 +25,12 @@ PARITY_TOLERANCE = 2e-3
 
 @pytest.fixture(scope="module")
 def default_model() -> Model:
-    return Model.load_default()
+    return Model.load(shakespeare_model_path())
 
 
 def test_default_model_is_shipped_and_small() -> None:
-    shipped = MODELS_DIR / DEFAULT_MODEL_NAME
-    assert default_model_path() == shipped
+    shipped = MODELS_DIR / SHAKESPEARE_MODEL_NAME
+    assert shakespeare_model_path() == shipped
     total = sum(p.stat().st_size for p in MODELS_DIR.iterdir())
     assert total < 40 * 1024 * 1024
 
@@ -49,12 +50,12 @@ def test_tokenizer_matches_training_tokenizer(default_model: Model) -> None:
 
 
 def test_export_matches_pytorch_embedded() -> None:
-    diffs = compare_with_reference(MODELS_DIR / DEFAULT_MODEL_NAME, REFERENCE, n_threads=THREADS)
+    diffs = compare_with_reference(MODELS_DIR / SHAKESPEARE_MODEL_NAME, REFERENCE, n_threads=THREADS)
     assert all(d < PARITY_TOLERANCE for d in diffs.values()), diffs
 
 
 def test_export_matches_pytorch_trunk_plus_sidecar() -> None:
-    trunk, sidecar = default_split_paths()
+    trunk, sidecar = shakespeare_split_paths()
     diffs = compare_with_reference(trunk, REFERENCE, sidecar=sidecar, n_threads=THREADS)
     assert all(d < PARITY_TOLERANCE for d in diffs.values()), diffs
 
@@ -71,7 +72,7 @@ def test_greedy_mtp_equals_plain_on_default_model(default_model: Model, n_draft:
 
 
 def test_split_default_model_equals_embedded(default_model: Model) -> None:
-    trunk, sidecar = default_split_paths()
+    trunk, sidecar = shakespeare_split_paths()
     split = make_session(Model.load(trunk), draft_model=Model.load(sidecar), n_draft=3)
     embedded = make_session(default_model, n_draft=3)
     for prompt in HELD_OUT[:2]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mtp_llm import Model
+from mtp_llm.default_model import shakespeare_model_path
 from mtp_llm.events import TokenEvent
 from mtp_llm.gguf.synthetic import synthetic_model
 
@@ -48,7 +49,7 @@ def test_fused_drafts_equal_upstream_drafts(name: str, n_draft: int, tiny_paths:
 
 
 def test_fused_driver_is_lossless_on_the_f16_default_model() -> None:
-    model = Model.load_default()
+    model = Model.load(shakespeare_model_path())
     plain_ids, _, _ = _decode(model, n_draft=0)
     for n_draft in (1, 2, 3):
         fused_ids, (generated, accepted, _), driver = _decode(model, n_draft=n_draft)
@@ -68,7 +69,7 @@ def test_fused_acceptance_matches_upstream_on_the_default_model() -> None:
     # as lower acceptance at positions 2 and 3 (0.32 against 0.51 once), not at position 1.
     from mtp_llm.bench import load_prompts
 
-    model = Model.load_default()
+    model = Model.load(shakespeare_model_path())
     prompts = load_prompts(str(Path(__file__).resolve().parents[2] / "benchmarks" / "prompts" / "heldout.json"))
     rates = []
     for fuse in (True, False):

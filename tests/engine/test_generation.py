@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mtp_llm import MTP, DoneEvent, EogEvent, Model, StatsEvent, TokenEvent
+from mtp_llm.default_model import shakespeare_model_path
 from mtp_llm.gguf.tiny_models import TOKEN_X, TOKEN_Y
 
 from tests.helpers import make_session
@@ -49,7 +50,7 @@ def test_flash_attention_default_is_off_on_a_cpu_build(random_model: Model) -> N
     assert make_session(random_model, flash_attn=False).flash_attn == "off"
     # A quantized V cache needs flash attention, so "auto" leaves the choice to llama.cpp
     # (on the default model: the tiny models' 16-wide heads cannot hold q8_0 blocks of 32).
-    default = Model.load_default()
+    default = Model.load(shakespeare_model_path())
     quantized = make_session(default, n_draft=2, type_k="q8_0", type_v="q8_0")
     assert quantized.flash_attn == "auto"
     plain = make_session(default, n_draft=0, type_k="q8_0", type_v="q8_0")

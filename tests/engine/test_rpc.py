@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from mtp_llm import MTP, Model, _core
+from mtp_llm.default_model import shakespeare_model_path
 from mtp_llm.errors import InvalidOptionError, ModelLoadError
 from mtp_llm.options import GenerationOptions
 
@@ -111,8 +112,8 @@ def test_tiny_model_over_two_servers_matches_local(
 
 
 def test_builtin_model_over_two_servers_matches_local(rpc_pair: list[str]) -> None:
-    local = Model.load_default()
-    remote = Model.load_default(rpc_servers=rpc_pair, n_gpu_layers=-1, tensor_split=[1, 1])
+    local = Model.load(shakespeare_model_path())
+    remote = Model.load(shakespeare_model_path(), rpc_servers=rpc_pair, n_gpu_layers=-1, tensor_split=[1, 1])
     for prompt in ("The capital of France is", "def fibonacci(n):"):
         want = greedy(local, prompt, 32)
         got = greedy(remote, prompt, 32)

@@ -1,0 +1,49 @@
+"""The examples in examples/ run as written on the built-in model (SmolLM2-135M-Instruct with its
+MTP head), and their output is what the docs show."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_langchain_streaming_chat(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("langchain_core")
+    stats = load("langchain_streaming_chat").main("Why is the sky blue?")
+    out = capsys.readouterr().out
+    assert "Rayleigh scattering" in out
+    assert stats["tokens_emitted"] == 96 and stats["drafts_generated"] > 0
+    assert stats["drafts_accepted"] == round(stats["acceptance_rate"] * stats["drafts_generated"])
+
+
+def test_langchain_agent_calls_the_tool_then_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("langchain.agents")
+    state = load("langchain_agent").main()
+    kinds = [type(m).__name__ for m in state["messages"]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
+    call = state["messages"][1].tool_calls[0]
+    assert call["name"] == "multiply" and call["args"] == {"a": 12, "b": 7}
+    assert state["messages"][2].content == "84"
+    assert "84" in state["messages"][3].content
+
+
+def test_llamaindex_rag_retrieves_and_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("llama_index.core")
+    answer, sources = load("llamaindex_rag").main("How tall is the Eiffel Tower?")
+    assert "Eiffel Tower" in sources[0].node.get_content()
+    assert "330" in answer
