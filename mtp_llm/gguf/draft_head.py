@@ -43,7 +43,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .common import GGUF_FILE_TYPE, StreamedTensor, ggml_type, write_streamed, written_atomically
+from .common import GGUF_FILE_TYPE, StreamedTensor, copy_metadata, ggml_type, write_streamed, written_atomically
+from .draft_vocab import DRAFT_VOCAB_KEY, head_layout, trimmed_lm_heads
 
 DraftHeadType = Literal["f16", "q8_0", "q4_0"]
 DRAFT_HEAD_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
@@ -80,11 +81,15 @@ def write_draft_head(
     model_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str] | None = None,
     file_type: DraftHeadType | str = "q8_0",
+    *,
+    draft_vocab: Sequence[int] | np.ndarray | None = None,
 ) -> Path:
     """Write the MTP head of ``model_path`` as a sidecar whose matrices are ``file_type``.
 
     ``out_path``: the file to write, or a directory for the default name
     (:func:`draft_head_path`, beside the model when None). Returns the written path.
+    ``draft_vocab``: token ids for a trimmed head (:mod:`mtp_llm.gguf.draft_vocab`): each head's
+    LM head keeps those rows, and ``d2t`` maps them back.
 
     Raises :class:`~mtp_llm.InvalidOptionError` for an unknown ``file_type``,
     :class:`~mtp_llm.ModelLoadError` when the file cannot be read as a GGUF, and
@@ -139,24 +144,31 @@ def write_draft_head(
     elif lacking:
         chosen.append((lacking[0] + "nextn.shared_head_head.weight", lm_head))
 
+    trimmed: list[StreamedTensor] = []
+    if draft_vocab is not None:
+        trimmed = trimmed_lm_heads(reader, head_layout(reader, model_path)[0], np.asarray(draft_vocab, dtype=np.int64))
+        chosen = [(name, t) for name, t in chosen if not name.endswith("shared_head_head.weight") and name != "output.weight"]
+
     qtype = ggml_type(file_type)
     entries: list[StreamedTensor] = []
     for name, tensor in chosen:
         shape = tuple(int(d) for d in reversed(tensor.shape))  # numpy order: rows last
         target = _stored_type(name, shape, tensor.tensor_type, qtype)
         entries.append((name, shape, target, _converter(tensor, shape, target)))
+    for name, shape, source, gather in trimmed:  # gathered rows, converted like the rest
+        target = _stored_type(name, shape, source, qtype)
+        entries.append((name, shape, target, _converted(gather, shape, source, target)))
 
     out = draft_head_path(model_path, file_type) if out_path is None else Path(out_path)
     if out.is_dir():
         out = out / draft_head_path(model_path, file_type).name
     with written_atomically(out) as tmp:
         writer = gguf.GGUFWriter(str(tmp), arch)
-        for f in reader.fields.values():  # the source's metadata, with the new file type
-            if f.name.startswith("GGUF.") or f.name in ("general.architecture", "general.file_type", "general.alignment"):
-                continue
-            sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
+        # the source's metadata, with the new file type
+        copy_metadata(reader, writer, skip=("general.architecture", "general.file_type", DRAFT_VOCAB_KEY))
         writer.add_file_type(GGUF_FILE_TYPE[file_type])
+        if trimmed:
+            writer.add_uint32(DRAFT_VOCAB_KEY, trimmed[-1][1][0])  # d2t's length
         write_streamed(writer, entries)
     return out
 
@@ -176,14 +188,21 @@ def _stored_type(name: str, shape: Sequence[int], source: Any, qtype: Any) -> An
 
 def _converter(tensor: Any, shape: tuple[int, ...], target: Any) -> Callable[[], np.ndarray]:
     """A function returning ``tensor``'s data stored as ``target`` (rows converted a chunk at a time)."""
+    return _converted(lambda: np.asarray(tensor.data), shape, tensor.tensor_type, target)
+
+
+def _converted(
+    stored: Callable[[], np.ndarray], shape: tuple[int, ...], source: Any, target: Any
+) -> Callable[[], np.ndarray]:
+    """A function returning the data ``stored()`` returns (``source`` type) as ``target``."""
     import gguf
 
-    source = tensor.tensor_type
     if source == target:
-        return lambda: np.asarray(tensor.data)
+        return stored
 
     def convert() -> np.ndarray:
-        rows = tensor.data.reshape(-1, tensor.data.shape[-1])  # elements or bytes of a row
+        data = stored()
+        rows = data.reshape(-1, data.shape[-1])  # elements or bytes of a row
         out = np.empty(gguf.quants.quant_shape_to_byte_shape((rows.shape[0], shape[-1]), target), dtype=np.uint8)
         step = max(1, _CHUNK_ELEMENTS // shape[-1])
         for a in range(0, rows.shape[0], step):
