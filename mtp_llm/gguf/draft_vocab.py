@@ -123,10 +123,10 @@ def _chunks(path: Path, size: int = 1 << 16) -> Iterable[str]:
         yield "".join(buf)
 
 
-def special_token_ids(model_path: str | os.PathLike[str]) -> np.ndarray:
+def special_token_ids(model_path: str | os.PathLike[str], reader: Any = None) -> np.ndarray:
     """Ids a trimmed head always keeps: control and user-defined tokens (chat-format markers,
-    EOS/EOT) and the ids the tokenizer keys name, sorted."""
-    reader = _reader(model_path)
+    EOS/EOT) and the ids the tokenizer keys name, sorted (``reader``: the file's open ``GGUFReader``)."""
+    reader = reader or _reader(model_path)
     types = reader.fields.get("tokenizer.ggml.token_type")
     ids: set[int] = set()
     if types is not None:
@@ -180,8 +180,9 @@ def write_trimmed_head(
 
     model_path = Path(model_path)
     if ids is None:
-        head_layout(_reader(model_path), model_path)  # fail before counting tokens
-        ids = _choose(model_path, n, corpus, n_threads)
+        reader = _reader(model_path)
+        head_layout(reader, model_path)  # fail before counting tokens
+        ids = _choose(model_path, n, corpus, n_threads, reader)
     if out_path is None or Path(out_path).is_dir():
         name = draft_head_path(model_path, f"{file_type}-v{n}").name
         out_path = (model_path.parent if out_path is None else Path(out_path)) / name
@@ -203,10 +204,10 @@ def trim_embedded_head(
     import gguf
 
     model_path = Path(model_path)
-    if ids is None:
-        ids = _choose(model_path, n, corpus, n_threads)
     reader = _reader(model_path)
     head_blocks, _ = head_layout(reader, model_path)
+    if ids is None:
+        ids = _choose(model_path, n, corpus, n_threads, reader)
     trimmed = trimmed_lm_heads(reader, head_blocks, np.asarray(ids, dtype=np.int64))
     replaced = {name for name, *_ in trimmed}
     entries: list[StreamedTensor] = [
@@ -222,12 +223,14 @@ def trim_embedded_head(
     return out
 
 
-def _choose(model_path: Path, n: int, corpus: str | os.PathLike[str] | None, n_threads: int | None) -> np.ndarray:
+def _choose(
+    model_path: Path, n: int, corpus: str | os.PathLike[str] | None, n_threads: int | None, reader: Any
+) -> np.ndarray:
     from ..model import Model
 
     model = Model.load(model_path, load_mtp=False)
     counts = token_frequencies(model, corpus, n_threads=n_threads)
-    return draft_vocab_ids(counts, n, special_token_ids(model_path))
+    return draft_vocab_ids(counts, n, special_token_ids(model_path, reader))
 
 
 def _reader(path: str | os.PathLike[str]) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mtp_llm import InvalidOptionError, Model, ModelLoadError
+from mtp_llm import MTP, InvalidOptionError, Model, ModelLoadError
 from mtp_llm.events import TokenEvent
 from mtp_llm.gguf.draft_head import write_draft_head
 from mtp_llm.gguf.draft_vocab import (
@@ -291,3 +291,36 @@ def test_cli_writes_a_trimmed_sidecar_that_loads(tiny_paths: dict[str, Path], tm
     spec, plain = make_session(model, draft_model=head, n_draft=2), make_session(model, n_draft=0)
     assert spec.generate("Hello", max_tokens=16, temp=0) == plain.generate("Hello", max_tokens=16, temp=0)
     assert main(["draft-head", str(tiny_paths["glm4-nextn"]), "--draft-vocab", "8", "--out", str(tmp_path)]) == 2
+
+
+def test_llama_smollm2_trimmed_head(tmp_path: Path) -> None:
+    # The llama architecture (patch 0005's MTP graph) on the real model: its head's LM matrix is the
+    # tied Q8_0 token_embd, so the trimmed head adds blk.30.nextn.shared_head_head (8192 rows) + d2t.
+    from mtp_llm import smollm2
+    from mtp_llm.parity import forward_with_head
+
+    converted = smollm2.converted_path(None)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("What is the capital of France? The capital of France is Paris.\n" * 20)
+    out = trim_embedded_head(converted, tmp_path / "smollm2-v8192.gguf", 8192, corpus=corpus)
+    model, trimmed = Model.load(converted), Model.load(out)
+    assert trimmed.draft_vocab_size == 8192 and model.draft_vocab_size == model.n_vocab == 49152
+    tokens = model.tokenize(model.apply_chat_template([("user", "What is the capital of France?")]),
+                            parse_special=True)
+    got = np.asarray(forward_with_head(trimmed, tokens)["head_logits"])
+    want = np.asarray(forward_with_head(model, tokens)["head_logits"])
+    import gguf
+
+    d2t = np.asarray({t.name: t for t in gguf.GGUFReader(str(out)).tensors}["d2t"].data)
+    mask = np.zeros(model.n_vocab, dtype=bool)
+    mask[d2t] = True
+    assert np.all(np.isneginf(got[:, ~mask]))
+    np.testing.assert_allclose(got[:, mask], want[:, mask], rtol=1e-4, atol=1e-3)
+    for kw in DRIVERS.values():  # flash attention: greedy MTP == plain on this model (docs/smollm2.md)
+        plain = MTP(trimmed, n_draft=0, n_threads=2, n_ctx=512, flash_attn=True)
+        spec = MTP(trimmed, n_draft=3, n_threads=2, n_ctx=512, flash_attn=True, **kw)
+        ids = model.tokenize(model.apply_chat_template([("user", "Why is the sky blue?")]), parse_special=True)
+        assert spec.generate(ids, max_tokens=20, temp=0) == plain.generate(ids, max_tokens=20, temp=0)
+        assert spec.stats().drafts_generated > 0 and spec.draft_vocab_size == 8192
+        plain.close()
+        spec.close()
