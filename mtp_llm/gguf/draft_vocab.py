@@ -78,7 +78,7 @@ def token_frequencies(
     corpus: str | os.PathLike[str] | None = None,
     *,
     prompts: Sequence[str] = PROMPTS,
-    max_tokens: int = 160,
+    max_tokens: int = 96,
     n_threads: int | None = None,
 ) -> np.ndarray:
     """How often each token id occurs (int64, ``[n_vocab]``).
