@@ -28,7 +28,7 @@ import numpy as np
 
 from mtp_llm import MTP, Model
 from mtp_llm.bench.common import SYNTHETIC_PROMPTS
-from mtp_llm.gguf import draft_vocab as dv
+from mtp_llm import draft_vocab as dv
 from mtp_llm.gguf.draft_head import write_draft_head
 from mtp_llm.gguf.synthetic import synthetic_model
 
@@ -56,7 +56,7 @@ HELD_OUT = [
     "List five fruits that are rich in vitamin C.", "What is a prime number?", "How do I make a cup of tea?",
     "Tell me a fun fact about octopuses.", "What does a computer's CPU do?",
 ]
-"""Prompts not in the built-in set (mtp_llm.gguf.draft_vocab.PROMPTS): the trimmed set's coverage of
+"""Prompts not in the built-in set (mtp_llm.draft_vocab.PROMPTS): the trimmed set's coverage of
 the target's own greedy tokens on them bounds the acceptance a trimmed head can lose."""
 
 
@@ -80,7 +80,7 @@ def smollm2_part(args: argparse.Namespace, out: Path) -> list[str]:
         generated += [e.id for e in plain.stream_events(prompt, max_tokens=64, temp=0) if type(e).__name__ == "TokenEvent"]
     plain.close()
     heads = {"full": Model.load(write_draft_head(source, out, "q8_0"))}
-    heads.update({f"trimmed {n}": Model.load(dv.write_trimmed_head(source, n, out, "q8_0", ids=ids[n])) for n in sizes})
+    heads.update({f"trimmed {n}": Model.load(dv.write_trimmed_head(source, ids[n], out, "q8_0")) for n in sizes})
     prompts = list(dv.PROMPTS[: args.smollm2_prompts])
     res = interleaved(model, heads, [3], prompts, args.tokens, args.reps, args.threads, flash_attn=True)
     full = statistics.median(s.timing_us.draft / max(1, s.drafts_generated) for s in res[("full", 3)])
@@ -116,7 +116,7 @@ def synthetic_part(args: argparse.Namespace, out: Path) -> list[str]:
     ids = dv.draft_vocab_ids(counts, args.n_large, dv.special_token_ids(path))
     heads = {
         "full": Model.load(write_draft_head(path, out, fmt)),
-        f"trimmed {args.n_large}": Model.load(dv.write_trimmed_head(path, args.n_large, out, fmt, ids=ids)),
+        f"trimmed {args.n_large}": Model.load(dv.write_trimmed_head(path, ids, out, fmt)),
     }
     setup = time.perf_counter() - start
     res = interleaved(model, heads, n_drafts, prompts, args.tokens, args.reps, args.threads)

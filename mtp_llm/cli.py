@@ -212,11 +212,12 @@ def cmd_draft_head(args: argparse.Namespace) -> int:
         return 0
     import time
 
-    from .gguf.draft_vocab import write_trimmed_head
+    from .draft_vocab import choose_draft_vocab, write_trimmed_head
 
     start = time.perf_counter()
     source = args.corpus or "the model's own generations"
-    path = write_trimmed_head(args.model, args.draft_vocab, args.out, args.type, corpus=args.corpus)
+    ids = choose_draft_vocab(args.model, args.draft_vocab, args.corpus)
+    path = write_trimmed_head(args.model, ids, args.out, args.type)
     print(f"draft head ({args.type}, {args.draft_vocab} tokens from {source}, "
           f"{time.perf_counter() - start:.1f} s): {path}")
     return 0

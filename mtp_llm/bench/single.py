@@ -420,7 +420,7 @@ def cmd_costs_draft_vocab(args: argparse.Namespace, model: Any, n_draft: int) ->
     """``--costs --draft-vocab N``: the head's passes with the full and a trimmed LM head (both sidecars
     of one type, measured alternately), and the expected speedups of each."""
     from ..costs import markdown, measure_costs, median_curve
-    from ..gguf import draft_vocab as dv
+    from .. import draft_vocab as dv
     from ..gguf.draft_head import write_draft_head
     from ..model import Model
     from .common import SYNTHETIC_PROMPTS
@@ -437,7 +437,7 @@ def cmd_costs_draft_vocab(args: argparse.Namespace, model: Any, n_draft: int) ->
     ids = dv.draft_vocab_ids(counts, args.draft_vocab, dv.special_token_ids(model.path))
     heads = {
         "full": Model.load(write_draft_head(model.path, out, htype)),
-        "trimmed": Model.load(dv.write_trimmed_head(model.path, args.draft_vocab, out, htype, ids=ids)),
+        "trimmed": Model.load(dv.write_trimmed_head(model.path, ids, out, htype)),
     }
     print(f"heads written in {time.perf_counter() - start:.1f} s (token counts from {len(prompts)} prompts)")
     curves: dict[str, list[Any]] = {name: [] for name in heads}

@@ -44,7 +44,6 @@ from typing import Any, Literal
 import numpy as np
 
 from .common import GGUF_FILE_TYPE, StreamedTensor, copy_metadata, ggml_type, write_streamed, written_atomically
-from .draft_vocab import DRAFT_VOCAB_KEY, head_layout, trimmed_lm_heads
 
 DraftHeadType = Literal["f16", "q8_0", "q4_0"]
 DRAFT_HEAD_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
@@ -57,6 +56,12 @@ SIDECAR_ARCHITECTURES: tuple[str, ...] = (
 file (``mtp_only``: MTP layers declared, no ``blk.0.attn_norm.weight``) and which have an MTP
 draft graph (llama through patch 0005). glm5-next has a graph but its loader has no MTP-only mode
 yet. Tested here: hy_v3, qwen35 and llama (the architectures the project writes)."""
+
+DRAFT_VOCAB_ARCHITECTURES: tuple[str, ...] = ("hy_v3", "llama", "qwen35", "qwen35moe")
+"""Architectures whose MTP graph takes a trimmed head (patch 0007)."""
+
+DRAFT_VOCAB_KEY = "mtp_llm.draft_vocab_size"
+"""Metadata key holding N in a file with a trimmed head (the ``d2t`` tensor is authoritative)."""
 
 # Loaders that create output.weight as required even for an MTP-only file.
 _OUTPUT_REQUIRED = ("deepseek4", "mimo2")
@@ -213,8 +218,61 @@ def _converted(
     return convert
 
 
+def head_layout(reader: Any, path: Path) -> tuple[tuple[str, ...], str]:
+    """The MTP head blocks (``blk.{i}.`` prefixes) of a file whose head can be trimmed, and its
+    architecture; raises MissingMTPHeadError / InvalidOptionError where it cannot."""
+    from ..errors import InvalidOptionError, MissingMTPHeadError
+
+    arch = str(reader.fields["general.architecture"].contents())
+    f_blocks = reader.fields.get(f"{arch}.block_count")
+    f_heads = reader.fields.get(f"{arch}.nextn_predict_layers")
+    n_blocks = int(f_blocks.contents()) if f_blocks is not None else 0
+    n_heads = int(f_heads.contents()) if f_heads is not None else 0
+    names = {t.name for t in reader.tensors}
+    if n_heads < 1 or f"blk.{n_blocks - n_heads}.nextn.eh_proj.weight" not in names:
+        raise MissingMTPHeadError(f"'{path}' stores no MTP head to trim")
+    if arch not in DRAFT_VOCAB_ARCHITECTURES:
+        raise InvalidOptionError(
+            f"'{path}' has architecture '{arch}': trimmed draft vocabularies work for "
+            f"{', '.join(DRAFT_VOCAB_ARCHITECTURES)}"
+        )
+    if "d2t" in names:
+        raise InvalidOptionError(f"'{path}' already has a trimmed draft vocabulary: trim the full model instead")
+    return tuple(f"blk.{i}." for i in range(n_blocks - n_heads, n_blocks)), arch
+
+
+def trimmed_lm_heads(reader: Any, head_blocks: Sequence[str], ids: np.ndarray) -> list[StreamedTensor]:
+    """``blk.{i}.nextn.shared_head_head.weight`` for each head block (rows ``ids`` of the block's
+    own LM head, else of ``output.weight``, else of ``token_embd.weight``, as stored) and ``d2t``."""
+    import gguf
+
+    from ..errors import InvalidOptionError, MissingMTPHeadError
+
+    tensors = {t.name: t for t in reader.tensors}
+    lm = tensors.get("output.weight", tensors.get("token_embd.weight"))
+    out: list[StreamedTensor] = []
+    for block in head_blocks:
+        source = tensors.get(block + "nextn.shared_head_head.weight", lm)
+        if source is None:
+            raise MissingMTPHeadError("the file has no LM matrix (output.weight or token_embd.weight)")
+        n_rows, n_embd = int(source.shape[-1]), int(source.shape[0])
+        if len(ids) and (ids.min() < 0 or ids.max() >= n_rows or len(np.unique(ids)) != len(ids)):
+            raise InvalidOptionError(f"draft vocabulary ids must be distinct token ids below {n_rows}")
+        out.append((block + "nextn.shared_head_head.weight", (len(ids), n_embd), source.tensor_type,
+                    _gathered(source, ids)))
+    out.append(("d2t", (len(ids),), gguf.GGMLQuantizationType.I64, lambda: np.asarray(ids, dtype=np.int64)))
+    return out
+
+
+def _gathered(tensor: Any, ids: np.ndarray) -> Any:
+    """Rows ``ids`` of a 2-D tensor's stored data (elements or quantized blocks of a row)."""
+    return lambda: np.ascontiguousarray(tensor.data.reshape(-1, tensor.data.shape[-1])[ids])
+
+
 __all__: Sequence[str] = (
     "DRAFT_HEAD_TYPES",
+    "DRAFT_VOCAB_ARCHITECTURES",
+    "DRAFT_VOCAB_KEY",
     "DraftHeadType",
     "SIDECAR_ARCHITECTURES",
     "draft_head_path",

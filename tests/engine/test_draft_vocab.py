@@ -13,15 +13,9 @@ import pytest
 from mtp_llm import MTP, InvalidOptionError, Model, ModelLoadError
 from mtp_llm.events import TokenEvent
 from mtp_llm.gguf.draft_head import write_draft_head
-from mtp_llm.gguf.draft_vocab import (
-    DRAFT_VOCAB_KEY,
-    PROMPTS,
-    draft_vocab_ids,
-    special_token_ids,
-    token_frequencies,
-    trim_embedded_head,
-    write_trimmed_head,
-)
+from mtp_llm.draft_vocab import PROMPTS, choose_draft_vocab, token_frequencies
+from mtp_llm.gguf.draft_head import DRAFT_VOCAB_KEY
+from mtp_llm.gguf.draft_vocab import draft_vocab_ids, special_token_ids, trim_embedded_head, write_trimmed_head
 from mtp_llm.gguf.synthetic import spec_of, synthetic_model
 from mtp_llm.stats import MTPStats
 
@@ -73,7 +67,7 @@ def test_forced_model_trimmed_head_counts_exactly_as_the_full_one(synth_dir: Pat
     counts = _walked(path, model)
     ids = draft_vocab_ids(counts, 512, special_token_ids(path))
     assert set(np.flatnonzero(counts)) <= set(ids) and len(ids) == 512
-    trimmed = Model.load(write_trimmed_head(path, 512, synth_dir, "q8_0", ids=ids))
+    trimmed = Model.load(write_trimmed_head(path, ids, synth_dir, "q8_0"))
     full = Model.load(write_draft_head(path, synth_dir, "q8_0"))
     assert (trimmed.draft_vocab_size, full.draft_vocab_size, model.draft_vocab_size) == (512, 4096, 4096)
     plain, _, size0 = _generate(model, None, 0)
@@ -92,7 +86,7 @@ def test_calibrated_model_with_a_small_trimmed_head_decodes_as_plain(synth_dir: 
     path = synthetic_model(SIZE, 0.75, "f16", synth_dir)
     model = Model.load(path)
     ids = draft_vocab_ids(np.zeros(model.n_vocab, dtype=np.int64), 300, special_token_ids(path))
-    trimmed = Model.load(write_trimmed_head(path, 300, synth_dir, "q4_0", ids=ids))
+    trimmed = Model.load(write_trimmed_head(path, ids, synth_dir, "q4_0"))
     plain, _, _ = _generate(model, None, 0)
     got, stats, _ = _generate(model, trimmed, N_DRAFT, **DRIVERS[driver])
     _, full_stats, _ = _generate(model, None, N_DRAFT, **DRIVERS[driver])
@@ -108,7 +102,7 @@ def test_head_logits_are_the_full_heads_rows_and_minus_inf_elsewhere(synth_dir: 
     path = synthetic_model(SIZE, 0.75, "f16", synth_dir)
     model = Model.load(path)
     ids = draft_vocab_ids(np.arange(model.n_vocab)[::-1].copy(), 700, special_token_ids(path))
-    trimmed = Model.load(write_trimmed_head(path, 700, synth_dir, "f16", ids=ids))
+    trimmed = Model.load(write_trimmed_head(path, ids, synth_dir, "f16"))
     full = Model.load(write_draft_head(path, synth_dir, "f16"))
     tokens = model.tokenize("KING LEAR: Blow, winds")
     got = np.asarray(forward_with_head(model, tokens, head=trimmed)["head_logits"])
@@ -125,7 +119,7 @@ def test_p_min_confidence_with_a_trimmed_head(synth_dir: Path) -> None:
     path = synthetic_model(SIZE, None, "f16", synth_dir)
     model = Model.load(path)
     counts = _walked(path, model)
-    trimmed = Model.load(write_trimmed_head(path, 512, synth_dir, "f16", ids=draft_vocab_ids(counts, 512)))
+    trimmed = Model.load(write_trimmed_head(path, draft_vocab_ids(counts, 512), synth_dir, "f16"))
     plain, _, _ = _generate(model, None, 0)
     got, stats, _ = _generate(model, trimmed, N_DRAFT, p_min=0.5)
     assert got == plain and stats.acceptance_rate == 1.0 and stats.drafts_generated > 0
@@ -140,7 +134,7 @@ def test_sampled_output_follows_the_target_distribution_with_a_trimmed_head(tiny
     counts = np.zeros(model.n_vocab, dtype=np.int64)
     counts[[TOKEN_X, *SAMPLING_TOKENS]] = 1
     ids = draft_vocab_ids(counts, 40, special_token_ids(path))
-    trimmed = Model.load(write_trimmed_head(path, 40, tmp_path, "f16", ids=ids))
+    trimmed = Model.load(write_trimmed_head(path, ids, tmp_path, "f16"))
     assert trimmed.draft_vocab_size == 40
     check_sampled_distribution(model, 2, draft_model=trimmed)
 
@@ -150,7 +144,7 @@ def test_hybrid_qwen35_trimmed_head(tiny_paths: dict[str, Path], tmp_path: Path)
     model = Model.load(path)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("The quick brown fox jumps over the lazy dog.\n" * 50)
-    sidecar = write_trimmed_head(path, 128, tmp_path, "q8_0", corpus=corpus)
+    sidecar = write_trimmed_head(path, choose_draft_vocab(path, 128, corpus), tmp_path, "q8_0")
     assert sidecar.name == "mtp-hybrid-q8_0-v128.gguf"
     trimmed = Model.load(sidecar)
     assert trimmed.draft_vocab_size == 128
@@ -168,7 +162,7 @@ def test_embedded_trimmed_head(synth_dir: Path, tmp_path: Path) -> None:
     path = synthetic_model(SIZE, None, "q8_0", synth_dir)
     model = Model.load(path)
     counts = _walked(path, model)
-    out = trim_embedded_head(path, tmp_path / "embedded.gguf", 600, ids=draft_vocab_ids(counts, 600))
+    out = trim_embedded_head(path, tmp_path / "embedded.gguf", draft_vocab_ids(counts, 600))
     reader = gguf.GGUFReader(str(out))
     src = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
     tensors = {t.name: t for t in reader.tensors}
@@ -237,7 +231,7 @@ def _rewrite(src: Path, dst: Path, d2t: np.ndarray | None, drop: str | None = No
 )
 def test_bad_d2t_raises_model_load_error(synth_dir: Path, tmp_path: Path, case: str, message: str) -> None:
     path = synthetic_model(SIZE, None, "f16", synth_dir)
-    good = write_trimmed_head(path, 64, tmp_path, "f16", ids=np.arange(64))
+    good = write_trimmed_head(path, np.arange(64), tmp_path, "f16")
     assert Model.load(good).draft_vocab_size == 64
     d2t: np.ndarray | None = np.arange(64, dtype=np.int64)
     drop = None
@@ -267,11 +261,11 @@ def test_d2t_on_an_architecture_without_the_graph(tiny_paths: dict[str, Path], t
 
 
 def test_trimming_errors(tiny_paths: dict[str, Path], tmp_path: Path) -> None:
-    trimmed = write_trimmed_head(tiny_paths["random"], 32, tmp_path, "f16", ids=np.arange(32))
+    trimmed = write_trimmed_head(tiny_paths["random"], np.arange(32), tmp_path, "f16")
     with pytest.raises(InvalidOptionError, match="already has a trimmed draft vocabulary"):
-        write_trimmed_head(trimmed, 16, tmp_path, "f16", ids=np.arange(16))
+        write_trimmed_head(trimmed, np.arange(16), tmp_path, "f16")
     with pytest.raises(InvalidOptionError, match="distinct token ids"):
-        write_trimmed_head(tiny_paths["random"], 2, tmp_path, "f16", ids=np.array([1, 1]))
+        write_trimmed_head(tiny_paths["random"], np.array([1, 1]), tmp_path, "f16")
 
 
 def test_cli_writes_a_trimmed_sidecar_that_loads(tiny_paths: dict[str, Path], tmp_path: Path,
@@ -302,7 +296,8 @@ def test_llama_smollm2_trimmed_head(tmp_path: Path) -> None:
     converted = smollm2.converted_path(None)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("What is the capital of France? The capital of France is Paris.\n" * 20)
-    out = trim_embedded_head(converted, tmp_path / "smollm2-v8192.gguf", 8192, corpus=corpus)
+    out = trim_embedded_head(converted, tmp_path / "smollm2-v8192.gguf",
+                             choose_draft_vocab(converted, 8192, corpus))
     model, trimmed = Model.load(converted), Model.load(out)
     assert trimmed.draft_vocab_size == 8192 and model.draft_vocab_size == model.n_vocab == 49152
     tokens = model.tokenize(model.apply_chat_template([("user", "What is the capital of France?")]),
@@ -316,11 +311,12 @@ def test_llama_smollm2_trimmed_head(tmp_path: Path) -> None:
     mask[d2t] = True
     assert np.all(np.isneginf(got[:, ~mask]))
     np.testing.assert_allclose(got[:, mask], want[:, mask], rtol=1e-4, atol=1e-3)
+    ids = model.tokenize(model.apply_chat_template([("user", "Why is the sky blue?")]), parse_special=True)
+    plain = MTP(trimmed, n_draft=0, n_threads=2, n_ctx=256, flash_attn=True)
+    want = plain.generate(ids, max_tokens=16, temp=0)
     for kw in DRIVERS.values():  # flash attention: greedy MTP == plain on this model (docs/smollm2.md)
-        plain = MTP(trimmed, n_draft=0, n_threads=2, n_ctx=512, flash_attn=True)
-        spec = MTP(trimmed, n_draft=3, n_threads=2, n_ctx=512, flash_attn=True, **kw)
-        ids = model.tokenize(model.apply_chat_template([("user", "Why is the sky blue?")]), parse_special=True)
-        assert spec.generate(ids, max_tokens=20, temp=0) == plain.generate(ids, max_tokens=20, temp=0)
+        spec = MTP(trimmed, n_draft=3, n_threads=2, n_ctx=256, flash_attn=True, **kw)
+        assert spec.generate(ids, max_tokens=16, temp=0) == want
         assert spec.stats().drafts_generated > 0 and spec.draft_vocab_size == 8192
-        plain.close()
         spec.close()
+    plain.close()
