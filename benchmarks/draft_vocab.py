@@ -23,10 +23,11 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from mtp_llm import MTP, Model
+from mtp_llm import MTP, Model, TokenEvent
 from mtp_llm.bench.common import SYNTHETIC_PROMPTS
 from mtp_llm import draft_vocab as dv
 from mtp_llm.gguf.draft_head import write_draft_head
@@ -34,11 +35,11 @@ from mtp_llm.gguf.synthetic import synthetic_model
 
 
 def interleaved(model: Model, heads: dict[str, Model], n_drafts: list[int], prompts: list[str], tokens: int,
-                reps: int, threads: int, **opts: object) -> dict[tuple[str, int], list]:
+                reps: int, threads: int, **opts: Any) -> dict[tuple[str, int], list[Any]]:
     """Each rep runs every (head, n_draft) session on every prompt in turn; returns the stats per rep."""
     sessions = {(name, k): MTP(model, draft_model=head, n_draft=k, n_ctx=tokens + 256, n_threads=threads, **opts)
                 for name, head in heads.items() for k in n_drafts}
-    out: dict[tuple[str, int], list] = {key: [] for key in sessions}
+    out: dict[tuple[str, int], list[Any]] = {key: [] for key in sessions}
     for rep in range(reps + 1):
         for key, s in sessions.items():
             s.reset_stats()
@@ -63,8 +64,7 @@ the target's own greedy tokens on them bounds the acceptance a trimmed head can 
 def smollm2_part(args: argparse.Namespace, out: Path) -> list[str]:
     from mtp_llm import smollm2
 
-    source = Path(args.smollm2_head) if args.smollm2_head else smollm2.cache_dir() / "smollm2" / \
-        "SmolLM2-135M-Instruct-Q4_1-mtp-initial.gguf"
+    source = Path(args.smollm2_head) if args.smollm2_head else smollm2.converted_path(None)  # the initial head
     model = Model.load(source, load_mtp=False)
     start = time.perf_counter()
     counts = dv.token_frequencies(model, n_threads=args.threads)
@@ -77,7 +77,7 @@ def smollm2_part(args: argparse.Namespace, out: Path) -> list[str]:
     generated: list[int] = []
     for p in HELD_OUT:
         prompt = model.tokenize(model.apply_chat_template([("user", p)]), parse_special=True)
-        generated += [e.id for e in plain.stream_events(prompt, max_tokens=64, temp=0) if type(e).__name__ == "TokenEvent"]
+        generated += [e.id for e in plain.stream_events(prompt, max_tokens=64, temp=0) if isinstance(e, TokenEvent)]
     plain.close()
     heads = {"full": Model.load(write_draft_head(source, out, "q8_0"))}
     heads.update({f"trimmed {n}": Model.load(dv.write_trimmed_head(source, ids[n], out, "q8_0")) for n in sizes})
@@ -135,7 +135,7 @@ def synthetic_part(args: argparse.Namespace, out: Path) -> list[str]:
         "| head | " + " | ".join(f"n_draft={k} tok/s (acc.)" for k in n_drafts) + " | best |",
         "|---|" + "---|" * (len(n_drafts) + 1),
     ]
-    best = {}
+    best: dict[str, tuple[float, int]] = {}
     for name in heads:
         cells = []
         for k in n_drafts:

@@ -115,6 +115,7 @@ __all__: Sequence[str] = (
     "PROMPTS",
     "choose_draft_vocab",
     "draft_vocab_ids",
+    "special_token_ids",
     "token_frequencies",
     "trim_embedded_head",
     "write_trimmed_head",

@@ -26,7 +26,7 @@ PROMPTS_SYN = ["ROMEO: But soft, what light", "To be, or not to be,", "KING LEAR
 TOKENS = 40
 SIZE = "2M"  # hy_v3, 4096-token vocabulary, n_embd 128
 N_DRAFT = 3
-DRIVERS = {"fused": {}, "upstream": {"fuse_catch_up": False}}
+DRIVERS: dict[str, dict[str, Any]] = {"fused": {}, "upstream": {"fuse_catch_up": False}}
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +204,7 @@ def _rewrite(src: Path, dst: Path, d2t: np.ndarray | None, drop: str | None = No
     from mtp_llm.gguf.common import copy_metadata, write_streamed
 
     reader = gguf.GGUFReader(str(src))
-    entries = [
+    entries: list[Any] = [
         (t.name, tuple(int(d) for d in reversed(t.shape)), t.tensor_type, (lambda t=t: np.asarray(t.data)))
         for t in reader.tensors if t.name not in ("d2t", drop)
     ]
@@ -233,7 +233,7 @@ def test_bad_d2t_raises_model_load_error(synth_dir: Path, tmp_path: Path, case: 
     path = synthetic_model(SIZE, None, "f16", synth_dir)
     good = write_trimmed_head(path, np.arange(64), tmp_path, "f16")
     assert Model.load(good).draft_vocab_size == 64
-    d2t: np.ndarray | None = np.arange(64, dtype=np.int64)
+    d2t = np.arange(64, dtype=np.int64)
     drop = None
     if case == "out of range":
         d2t[3] = 4096
@@ -311,12 +311,12 @@ def test_llama_smollm2_trimmed_head(tmp_path: Path) -> None:
     mask[d2t] = True
     assert np.all(np.isneginf(got[:, ~mask]))
     np.testing.assert_allclose(got[:, mask], want[:, mask], rtol=1e-4, atol=1e-3)
-    ids = model.tokenize(model.apply_chat_template([("user", "Why is the sky blue?")]), parse_special=True)
+    prompt = model.tokenize(model.apply_chat_template([("user", "Why is the sky blue?")]), parse_special=True)
     plain = MTP(trimmed, n_draft=0, n_threads=2, n_ctx=256, flash_attn=True)
-    want = plain.generate(ids, max_tokens=16, temp=0)
+    text = plain.generate(prompt, max_tokens=16, temp=0)
     for kw in DRIVERS.values():  # flash attention: greedy MTP == plain on this model (docs/smollm2.md)
         spec = MTP(trimmed, n_draft=3, n_threads=2, n_ctx=256, flash_attn=True, **kw)
-        assert spec.generate(ids, max_tokens=16, temp=0) == want
+        assert spec.generate(prompt, max_tokens=16, temp=0) == text
         assert spec.stats().drafts_generated > 0 and spec.draft_vocab_size == 8192
         spec.close()
     plain.close()
