@@ -320,3 +320,17 @@ def test_llama_smollm2_trimmed_head(tmp_path: Path) -> None:
         assert spec.stats().drafts_generated > 0 and spec.draft_vocab_size == 8192
         spec.close()
     plain.close()
+
+
+def test_bench_costs_with_a_trimmed_head(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from mtp_llm.cli import main
+
+    args = ["bench", "--costs", "--draft-vocab", "600", "--synthetic", "2M", "--n-draft", "1,2", "--cost-reps", "3",
+            "--warmup", "0", "--tokens", "8", "--fill", "16", "--threads", "2", "--out", str(tmp_path)]
+    assert main(args) == 0
+    assert "Trimmed / full head pass" in capsys.readouterr().out
+    result = json.loads((tmp_path / "costs-draft-vocab.json").read_text())
+    assert {k: v["draft_vocab_size"] for k, v in result.items()} == {"full": 4096, "trimmed": 600}
+    assert all(len(v["draft_ms"]) == 2 for v in result.values())
