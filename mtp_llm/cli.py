@@ -159,6 +159,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "n_mtp_heads": model.n_mtp_heads,
         "has_mtp_head": model.has_mtp_head,
         "has_mtp_graph": model.has_mtp_graph,
+        "draft_vocab_size": model.draft_vocab_size,
         "chat_template": model.chat_template is not None,
         "draft_model": str(sidecar) if sidecar is not None else None,
         "tool_calls": _tool_path(model),
