@@ -183,7 +183,7 @@ def test_embedded_trimmed_head(synth_dir: Path, tmp_path: Path) -> None:
 
 def test_token_frequencies_from_generations(tiny_paths: dict[str, Path]) -> None:
     model = Model.load(tiny_paths["random"])
-    counts = token_frequencies(model, prompts=PROMPTS[:2], max_tokens=8)
+    counts = token_frequencies(model, prompts=PROMPTS[:2], max_tokens=8, n_threads=1)
     assert counts.shape == (model.n_vocab,) and counts.sum() == sum(
         len(model.tokenize(p, add_special=True, parse_special=True)) + 8 for p in PROMPTS[:2]
     )
@@ -296,26 +296,21 @@ def test_llama_smollm2_trimmed_head(tmp_path: Path) -> None:
     converted = smollm2.converted_path(None)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("What is the capital of France? The capital of France is Paris.\n" * 20)
-    out = trim_embedded_head(converted, tmp_path / "smollm2-v8192.gguf",
-                             choose_draft_vocab(converted, 8192, corpus))
-    model, trimmed = Model.load(converted), Model.load(out)
+    model = Model.load(converted)
+    ids = draft_vocab_ids(token_frequencies(model, corpus), 8192, special_token_ids(converted))
+    trimmed = Model.load(trim_embedded_head(converted, tmp_path / "smollm2-v8192.gguf", ids))
     assert trimmed.draft_vocab_size == 8192 and model.draft_vocab_size == model.n_vocab == 49152
-    tokens = model.tokenize(model.apply_chat_template([("user", "What is the capital of France?")]),
-                            parse_special=True)
-    got = np.asarray(forward_with_head(trimmed, tokens)["head_logits"])
-    want = np.asarray(forward_with_head(model, tokens)["head_logits"])
-    import gguf
-
-    d2t = np.asarray({t.name: t for t in gguf.GGUFReader(str(out)).tensors}["d2t"].data)
+    prompt = model.tokenize(model.apply_chat_template([("user", "Why is the sky blue?")]), parse_special=True)
+    got = np.asarray(forward_with_head(trimmed, prompt, n_threads=1)["head_logits"])
+    want = np.asarray(forward_with_head(model, prompt, n_threads=1)["head_logits"])
     mask = np.zeros(model.n_vocab, dtype=bool)
-    mask[d2t] = True
+    mask[ids] = True
     assert np.all(np.isneginf(got[:, ~mask]))
     np.testing.assert_allclose(got[:, mask], want[:, mask], rtol=1e-4, atol=1e-3)
-    prompt = model.tokenize(model.apply_chat_template([("user", "Why is the sky blue?")]), parse_special=True)
-    plain = MTP(trimmed, n_draft=0, n_threads=2, n_ctx=256, flash_attn=True)
+    plain = MTP(trimmed, n_draft=0, n_threads=1, n_ctx=256, flash_attn=True)
     text = plain.generate(prompt, max_tokens=16, temp=0)
     for kw in DRIVERS.values():  # flash attention: greedy MTP == plain on this model (docs/smollm2.md)
-        spec = MTP(trimmed, n_draft=3, n_threads=2, n_ctx=256, flash_attn=True, **kw)
+        spec = MTP(trimmed, n_draft=3, n_threads=1, n_ctx=256, flash_attn=True, **kw)
         assert spec.generate(prompt, max_tokens=16, temp=0) == text
         assert spec.stats().drafts_generated > 0 and spec.draft_vocab_size == 8192
         spec.close()
@@ -328,7 +323,7 @@ def test_bench_costs_with_a_trimmed_head(tmp_path: Path, capsys: pytest.CaptureF
     from mtp_llm.cli import main
 
     args = ["bench", "--costs", "--draft-vocab", "600", "--synthetic", "2M", "--n-draft", "1,2", "--cost-reps", "3",
-            "--warmup", "0", "--tokens", "8", "--fill", "16", "--threads", "2", "--out", str(tmp_path)]
+            "--warmup", "0", "--tokens", "8", "--fill", "16", "--threads", "1", "--out", str(tmp_path)]
     assert main(args) == 0
     assert "Trimmed / full head pass" in capsys.readouterr().out
     result = json.loads((tmp_path / "costs-draft-vocab.json").read_text())
