@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from mtp_llm import MTP, Model, TokenEvent
-from mtp_llm.bench.common import SYNTHETIC_PROMPTS
 from mtp_llm import draft_vocab as dv
+from mtp_llm.bench.common import SYNTHETIC_PROMPTS
 from mtp_llm.gguf.draft_head import write_draft_head
 from mtp_llm.gguf.synthetic import synthetic_model
 
@@ -85,11 +85,11 @@ def smollm2_part(args: argparse.Namespace, out: Path) -> list[str]:
     res = interleaved(model, heads, [3], prompts, args.tokens, args.reps, args.threads, flash_attn=True)
     full = statistics.median(s.timing_us.draft / max(1, s.drafts_generated) for s in res[("full", 3)])
     lines = [
-        f"SmolLM2-135M-Instruct Q4_1 ({source.name}), q8_0 head sidecars, fused driver, n_draft=3, flash attention, "
-        f"{len(prompts)} prompts x {args.tokens} tokens, {args.reps} interleaved reps, threads={args.threads}; "
-        f"token counts from the model's greedy answers to {len(dv.PROMPTS)} built-in prompts "
-        f"({int(counts.sum())} tokens, {t_count:.1f} s); coverage: share of the target's greedy tokens on "
-        f"{len(HELD_OUT)} held-out prompts ({len(generated)} tokens) inside the kept set:",
+        (f"SmolLM2-135M-Instruct Q4_1 ({source.name}), q8_0 head sidecars, fused driver, n_draft=3, flash attention, "
+         f"{len(prompts)} prompts x {args.tokens} tokens, {args.reps} interleaved reps, threads={args.threads}; "
+         f"token counts from the model's greedy answers to {len(dv.PROMPTS)} built-in prompts "
+         f"({int(counts.sum())} tokens, {t_count:.1f} s); coverage: share of the target's greedy tokens on "
+         f"{len(HELD_OUT)} held-out prompts ({len(generated)} tokens) inside the kept set:"),
         "",
         "| head | draft us per drafted token | x full | held-out coverage | acceptance (this head) | tokens/s |",
         "|---|---|---|---|---|---|",
@@ -128,9 +128,9 @@ def synthetic_part(args: argparse.Namespace, out: Path) -> list[str]:
             plain.generate(p, max_tokens=args.tokens, temp=0)
         plain_tps.append(plain.stats().tokens_per_sec)
     lines = [
-        f"Synthetic hy_v3 ({path.name}): vocab 248,320, n_embd 1024, {fmt}, calibrated acceptance 0.75, "
-        f"{fmt} head sidecars, {len(prompts)} prompts x {args.tokens} tokens, {args.reps} interleaved reps, "
-        f"threads={args.threads} (setup {setup:.0f} s); plain decoding {statistics.median(plain_tps):.1f} tok/s:",
+        (f"Synthetic hy_v3 ({path.name}): vocab 248,320, n_embd 1024, {fmt}, calibrated acceptance 0.75, "
+         f"{fmt} head sidecars, {len(prompts)} prompts x {args.tokens} tokens, {args.reps} interleaved reps, "
+         f"threads={args.threads} (setup {setup:.0f} s); plain decoding {statistics.median(plain_tps):.1f} tok/s:"),
         "",
         "| head | " + " | ".join(f"n_draft={k} tok/s (acc.)" for k in n_drafts) + " | best |",
         "|---|" + "---|" * (len(n_drafts) + 1),

@@ -419,8 +419,8 @@ def cmd_costs(args: argparse.Namespace, model_path: str | None) -> int:
 def cmd_costs_draft_vocab(args: argparse.Namespace, model: Any, n_draft: int) -> int:
     """``--costs --draft-vocab N``: the head's passes with the full and a trimmed LM head (both sidecars
     of one type, measured alternately), and the expected speedups of each."""
-    from ..costs import markdown, measure_costs, median_curve
     from .. import draft_vocab as dv
+    from ..costs import markdown, measure_costs, median_curve
     from ..gguf.draft_head import write_draft_head
     from ..model import Model
     from .common import SYNTHETIC_PROMPTS
@@ -453,8 +453,8 @@ def cmd_costs_draft_vocab(args: argparse.Namespace, model: Any, n_draft: int) ->
     lines = [
         f"Head passes, full vs trimmed LM head ({htype} sidecars; median of 3 alternated measurements):",
         "",
-        "| head | vocabulary | one head pass ms | x one-row target pass | draft 1 / fused draft "
-        f"{n_draft} ms | best speedup at acceptance {mark:.2f} |",
+        ("| head | vocabulary | one head pass ms | x one-row target pass | draft 1 / fused draft "
+         f"{n_draft} ms | best speedup at acceptance {mark:.2f} |"),
         "|---|---|---|---|---|---|",
     ]
     for name, c in med.items():

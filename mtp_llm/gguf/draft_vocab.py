@@ -150,7 +150,7 @@ __all__: Sequence[str] = (
     "DRAFT_VOCAB_KEY",
     "draft_vocab_ids",
     "special_token_ids",
-    "trimmable",
     "trim_embedded_head",
+    "trimmable",
     "write_trimmed_head",
 )

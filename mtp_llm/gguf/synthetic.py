@@ -150,18 +150,18 @@ def synthetic_shape(size: str | int, n_vocab: int | None = None, n_embd: int | N
         raise ValueError(f"n_vocab {v}: at least {_MIN_VOCAB}")
     best: tuple[float, SyntheticShape] | None = None
     widths = range(128, 16384 + 1, 128) if n_embd is None else (n_embd,)
-    for n_embd in widths:
-        n_head, n_head_kv, n_ff = _shape_for_embd(n_embd)
+    for width in widths:
+        n_head, n_head_kv, n_ff = _shape_for_embd(width)
         if n_head >= 4 and n_head % 4:
             continue
-        probe = SyntheticShape(v, n_embd, 1, n_head, n_head_kv, n_ff)
+        probe = SyntheticShape(v, width, 1, n_head, n_head_kv, n_ff)
         rest = n - (probe.n_params - probe.block_params())
         n_layer = round(rest / probe.block_params())
         if n_layer < 1:
             continue
         shape = dataclasses.replace(probe, n_layer=n_layer)
         size_err = abs(math.log(shape.n_params / n))
-        score = abs(math.log(n_embd / n_layer / _ASPECT)) + 4 * size_err
+        score = abs(math.log(width / n_layer / _ASPECT)) + 4 * size_err
         if best is None or score < best[0]:
             best = (score, shape)
     if best is None:

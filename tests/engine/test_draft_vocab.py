@@ -11,14 +11,12 @@ import numpy as np
 import pytest
 
 from mtp_llm import MTP, InvalidOptionError, Model, ModelLoadError
-from mtp_llm.events import TokenEvent
-from mtp_llm.gguf.draft_head import write_draft_head
 from mtp_llm.draft_vocab import PROMPTS, choose_draft_vocab, token_frequencies
-from mtp_llm.gguf.draft_head import DRAFT_VOCAB_KEY
+from mtp_llm.events import TokenEvent
+from mtp_llm.gguf.draft_head import DRAFT_VOCAB_KEY, write_draft_head
 from mtp_llm.gguf.draft_vocab import draft_vocab_ids, special_token_ids, trim_embedded_head, write_trimmed_head
 from mtp_llm.gguf.synthetic import spec_of, synthetic_model
 from mtp_llm.stats import MTPStats
-
 from tests.engine.test_generation import check_sampled_distribution
 from tests.helpers import make_session
 

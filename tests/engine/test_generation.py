@@ -7,7 +7,6 @@ import pytest
 
 from mtp_llm import MTP, DoneEvent, EogEvent, Model, StatsEvent, TokenEvent
 from mtp_llm.gguf.tiny_models import TOKEN_X, TOKEN_Y
-
 from tests.helpers import make_session
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog.", "a", "Once upon a time, in a land far away"]
@@ -216,8 +215,8 @@ def test_sampled_mtp_output_follows_the_target_distribution(tiny_paths, n_draft:
 def check_sampled_distribution(model: Model, n_draft: int | str, draft_model: Model | None = None) -> None:
     """The body of the test above, for ``model`` (the ``sampling`` tiny model) drafting with
     its own head or ``draft_model`` (e.g. a trimmed head, tests/engine/test_draft_vocab.py)."""
-    from mtp_llm.parity import forward_with_head
     from mtp_llm.gguf.tiny_models import SAMPLING_TOKENS
+    from mtp_llm.parity import forward_with_head
 
     prompt = "Hi there"
     logits = forward_with_head(model, model.tokenize(prompt))["trunk_logits"][-1]
