@@ -170,7 +170,8 @@ def write_draft_head(
     with written_atomically(out) as tmp:
         writer = gguf.GGUFWriter(str(tmp), arch)
         # the source's metadata, with the new file type
-        copy_metadata(reader, writer, skip=("general.architecture", "general.file_type", DRAFT_VOCAB_KEY))
+        skip = ("general.architecture", "general.file_type") + ((DRAFT_VOCAB_KEY,) if trimmed else ())
+        copy_metadata(reader, writer, skip=skip)
         writer.add_file_type(GGUF_FILE_TYPE[file_type])
         if trimmed:
             writer.add_uint32(DRAFT_VOCAB_KEY, trimmed[-1][1][0])  # d2t's length

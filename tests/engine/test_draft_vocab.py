@@ -327,3 +327,41 @@ def test_bench_costs_with_a_trimmed_head(tmp_path: Path, capsys: pytest.CaptureF
     result = json.loads((tmp_path / "costs-draft-vocab.json").read_text())
     assert {k: v["draft_vocab_size"] for k, v in result.items()} == {"full": 4096, "trimmed": 600}
     assert all(len(v["draft_ms"]) == 2 for v in result.values())
+
+
+def test_requantizing_a_trimmed_sidecar_keeps_its_vocabulary(tiny_paths: dict[str, Path], tmp_path: Path) -> None:
+    import gguf
+
+    trimmed = write_trimmed_head(tiny_paths["random"], np.arange(0, 200, 2), tmp_path, "f16")
+    again = write_draft_head(trimmed, tmp_path / "again.gguf", "q8_0")
+    reader = gguf.GGUFReader(str(again))
+    assert reader.fields[DRAFT_VOCAB_KEY].contents() == 100
+    assert np.array_equal(np.asarray({t.name: t for t in reader.tensors}["d2t"].data), np.arange(0, 200, 2))
+    model = Model.load(tiny_paths["random"])
+    spec, plain = make_session(model, draft_model=Model.load(again), n_draft=2), make_session(model, n_draft=0)
+    assert spec.generate("Hello", max_tokens=16, temp=0) == plain.generate("Hello", max_tokens=16, temp=0)
+    assert spec.draft_vocab_size == 100
+
+
+def test_two_trimmed_heads(tiny_paths: dict[str, Path], tmp_path: Path) -> None:
+    # Chained hy_v3 heads (llama.cpp's driver): each head block gets its own N-row LM head.
+    import dataclasses
+
+    import gguf
+
+    from mtp_llm.gguf.hyv3 import read_hy_v3, write_hy_v3
+
+    config, tensors, vocab, _ = read_hy_v3(tiny_paths["random"])
+    head = f"blk.{config.n_layer}."
+    tensors.update({n.replace(head, f"blk.{config.n_layer + 1}."): t for n, t in list(tensors.items()) if n.startswith(head)})
+    path = write_hy_v3(tmp_path / "two-heads.gguf", dataclasses.replace(config, n_nextn=2), tensors, vocab)
+    sidecar = write_trimmed_head(path, np.arange(120), tmp_path, "q8_0")
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in gguf.GGUFReader(str(sidecar)).tensors}
+    lm = [n for n in shapes if n.endswith("shared_head_head.weight")]
+    assert len(lm) == 2 and all(shapes[n][1] == 120 for n in lm) and "output.weight" not in shapes
+    model = Model.load(path)
+    spec, plain = make_session(model, draft_model=Model.load(sidecar), n_draft=2), make_session(model, n_draft=0)
+    assert spec.mtp_driver == "upstream"
+    for p in ("Hello", "The quick brown fox"):
+        assert spec.generate(p, max_tokens=16, temp=0) == plain.generate(p, max_tokens=16, temp=0)
+    assert spec.stats().drafts_generated > 0
