@@ -35,6 +35,7 @@ PATCHES: dict[str, str] = {
     "0004-prefetch-one-row-path.patch": "f15f3b78626e4a9733e0a50b39f69dedec9081cc1436cfe5008a676119376221",
     "0005-llama-mtp-graph.patch": "593486e38fa68e9ac923bf7e6f50ef0b6f54056159f82295bbdf6d37c8b5f5e9",
     "0006-grammar-forced-text.patch": "14cfb5a82efe869a52913030a21693b48768a1c251ae6159863078ea6816f44e",
+    "0007-mtp-draft-vocab.patch": "060ed55cac7c045e157fa93a757be5cd5572d574c4d5f7a798eea4e704bc8e6e",
     "0008-batch-invariant-float-matmul.patch": "80a619ca1dbb83d6a60ff0865407a9f31d70ffc2234720737d964d3452da26a7",
     "0009-small-batch-q4_1-exact.patch": "a9b4e33a5e8340291c4afed1cf18a9b3a855fc70d753bba477f75b54118554f3",
 }

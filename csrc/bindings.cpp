@@ -70,6 +70,7 @@ py::dict session_stats(const mtp::Session & self, const mtp::Counters & c) {
     if (self.mtp_driver() != "none") {
         d["draft_controller"] = py::cast(self.draft_controller());
     }
+    d["draft_vocab_size"] = self.draft_vocab_size();
     return d;
 }
 
@@ -129,10 +130,11 @@ PYBIND11_MODULE(_core, m) {
         facts["block_count"] = info.block_count;
         facts["has_trunk"] = info.has_trunk;
         facts["has_mtp_tensors"] = info.has_mtp_tensors;
+        facts["n_vocab_draft"] = info.n_vocab_draft;
         return facts;
     }, py::arg("path"),
           "What a GGUF header says (metadata and tensor names only, no weights read): architecture, n_embd, "
-          "n_vocab, n_nextn, block_count, has_trunk, has_mtp_tensors. Raises ModelLoadError on a bad file.");
+          "n_vocab, n_nextn, block_count, has_trunk, has_mtp_tensors, n_vocab_draft (a trimmed head's rows, 0 for none). Raises ModelLoadError on a bad file.");
 
     m.def("list_backends", &mtp::list_backends, "Names of the ggml backends in this build (CPU, CUDA, Vulkan, ...).");
     m.def("list_devices", [] {
@@ -237,6 +239,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("has_mtp_head", &mtp::Model::has_mtp_head)
         .def_property_readonly("has_mtp_graph", &mtp::Model::has_mtp_graph)
         .def_property_readonly("is_mtp_sidecar", &mtp::Model::is_mtp_sidecar)
+        .def_property_readonly("draft_vocab_size", &mtp::Model::draft_vocab_size)
         .def_property_readonly("token_bos", &mtp::Model::token_bos)
         .def_property_readonly("token_eos", &mtp::Model::token_eos)
         .def("is_eog", &mtp::Model::is_eog, py::arg("token"))
@@ -424,5 +427,6 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("flash_attn", &mtp::Session::flash_attn)
         .def_property_readonly("n_threads", &mtp::Session::n_threads)
         .def_property_readonly("mtp_driver", &mtp::Session::mtp_driver)
+        .def_property_readonly("draft_vocab_size", &mtp::Session::draft_vocab_size)
         .def_property_readonly("devices", &mtp::Session::devices);
 }

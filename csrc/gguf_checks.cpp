@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <string_view>
 #include <unordered_map>
 
@@ -206,18 +207,86 @@ const std::vector<std::string> & single_head_mtp_architectures() {
     return archs;
 }
 
+const std::vector<std::string> & draft_vocab_architectures() {
+    static const std::vector<std::string> archs = {"hy_v3", "llama", "qwen35", "qwen35moe"};
+    return archs;
+}
+
 namespace {
 
 void check_tensor_types(const ggml_context * meta, const std::string & path) {
     // Converters store every 1-D tensor (norms, biases, scales) as f32, and ggml's CPU
     // element-wise kernels abort on other types there.
     for (ggml_tensor * t = ggml_get_first_tensor(meta); t != nullptr; t = ggml_get_next_tensor(meta, t)) {
-        if (ggml_n_dims(t) == 1 && t->type != GGML_TYPE_F32) {
+        if (ggml_n_dims(t) == 1 && t->type != GGML_TYPE_F32 && std::string_view(t->name) != "d2t") {  // d2t: checked below
             fail(ErrorKind::ModelLoad, std::string("GGUF file is corrupt or unsupported: 1-D tensor '") + t->name +
                                            "' is stored as " + ggml_type_name(t->type) +
                                            " (norms and biases must be f32; re-convert the model): '" + path + "'");
         }
     }
+}
+
+// A trimmed draft vocabulary (patch 0007): `d2t` (I64, [N]) maps the N rows of each head's
+// nextn.shared_head_head to target ids. llama.cpp scatters the head's logits with it
+// (ggml_set_rows, which asserts on an out-of-range id), so every id is read and checked here.
+void check_draft_vocab(GgufInfo & info, const gguf_context * ctx, const ggml_context * meta, const std::string & path) {
+    const int64_t tid = gguf_find_tensor(ctx, "d2t");
+    if (tid < 0) {
+        return;
+    }
+    auto bad = [&](const std::string & why) {
+        fail(ErrorKind::ModelLoad, "GGUF file has an invalid trimmed draft vocabulary: " + why + ": '" + path + "'");
+    };
+    const auto & archs = draft_vocab_architectures();
+    if (std::find(archs.begin(), archs.end(), info.architecture) == archs.end()) {
+        std::string known;
+        for (const auto & a : archs) known += (known.empty() ? "" : ", ") + a;
+        bad("architecture '" + info.architecture + "' has no MTP graph for one (" + known + " have)");
+    }
+    const ggml_tensor * d2t = ggml_get_tensor(const_cast<ggml_context *>(meta), "d2t");
+    const int64_t n = d2t ? d2t->ne[0] : 0;
+    if (d2t == nullptr || d2t->type != GGML_TYPE_I64 || ggml_n_dims(d2t) != 1) {
+        bad(std::string("d2t must be a 1-D I64 tensor, not ") + (d2t ? ggml_type_name(d2t->type) : "?") +
+            " with " + std::to_string(d2t ? ggml_n_dims(d2t) : 0) + " dimensions");
+    }
+    if (n < 1 || n > info.n_vocab) {
+        bad("d2t has " + std::to_string(n) + " entries (must be 1.." + std::to_string(info.n_vocab) + ")");
+    }
+    if (info.n_nextn < 1) {
+        bad("d2t without an MTP head (" + info.architecture + ".nextn_predict_layers is 0)");
+    }
+    for (int64_t il = info.block_count - info.n_nextn; il < info.block_count; ++il) {
+        const std::string name = "blk." + std::to_string(il) + ".nextn.shared_head_head.weight";
+        const ggml_tensor * head = ggml_get_tensor(const_cast<ggml_context *>(meta), name.c_str());
+        if (head == nullptr && split_count(ctx) > 1) {
+            continue;  // in another part of a split GGUF (llama.cpp's loader checks its shape there)
+        }
+        if (head == nullptr) {
+            bad("d2t needs each head's own LM head " + name + " with " + std::to_string(n) + " rows; it is absent");
+        }
+        if (head->ne[1] != n) {
+            bad(name + " has " + std::to_string(head->ne[1]) + " rows but d2t has " + std::to_string(n) + " entries");
+        }
+    }
+    std::vector<int64_t> ids((size_t) n);
+    std::ifstream in(path, std::ios::binary);
+    in.seekg((std::streamoff) (gguf_get_data_offset(ctx) + gguf_get_tensor_offset(ctx, tid)));
+    in.read(reinterpret_cast<char *>(ids.data()), (std::streamsize) (n * sizeof(int64_t)));
+    if (!in) {
+        bad("d2t's data is truncated");
+    }
+    std::vector<bool> seen((size_t) info.n_vocab, false);
+    for (int64_t i = 0; i < n; ++i) {
+        if (ids[i] < 0 || ids[i] >= info.n_vocab) {
+            bad("d2t[" + std::to_string(i) + "] = " + std::to_string(ids[i]) + " is not a token id (0.." +
+                std::to_string(info.n_vocab - 1) + ")");
+        }
+        if (seen[(size_t) ids[i]]) {
+            bad("d2t lists token " + std::to_string(ids[i]) + " twice");
+        }
+        seen[(size_t) ids[i]] = true;
+    }
+    info.n_vocab_draft = n;
 }
 
 // Which parts of the model a file's tensors hold (a split GGUF's later files add theirs).
@@ -261,6 +330,7 @@ GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, con
         }
     }
     add_tensor_facts(info, ctx);
+    check_draft_vocab(info, ctx, meta, path);
     return info;
 }
 
@@ -271,6 +341,7 @@ int64_t split_index(const gguf_context * ctx) { return gguf_int(ctx, "split.no")
 void read_split_part(GgufInfo & info, const gguf_context * ctx, const ggml_context * meta, const std::string & path) {
     check_tensor_types(meta, path);
     add_tensor_facts(info, ctx);
+    check_draft_vocab(info, ctx, meta, path);
 }
 
 }  // namespace mtp

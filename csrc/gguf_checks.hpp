@@ -23,6 +23,7 @@ struct GgufInfo {
     int64_t block_count = 0;
     bool has_trunk = false;      // blk.0.attn_norm.weight present
     bool has_mtp_tensors = false;// blk.{trunk}.nextn.eh_proj.weight present
+    int64_t n_vocab_draft = 0;   // rows of a trimmed MTP head (the d2t tensor's length); 0: no d2t
 };
 
 // Architectures whose graph builder in the pinned llama.cpp has an MTP draft
@@ -31,6 +32,10 @@ const std::vector<std::string> & mtp_graph_architectures();
 bool architecture_has_mtp_graph(const std::string & architecture);
 // Of those, the ones whose MTP graph runs exactly one head.
 const std::vector<std::string> & single_head_mtp_architectures();
+
+// Architectures whose MTP graphs take a trimmed draft vocabulary (patch 0007: a `d2t` tensor
+// and an N-row nextn.shared_head_head).
+const std::vector<std::string> & draft_vocab_architectures();
 
 // The GgufInfo of an opened header (``meta``: its tensors' shapes), after the checks;
 // throws Error(ModelLoad) naming the bad value.

@@ -70,6 +70,10 @@ public:
     bool is_mtp_sidecar() const { return info_.n_nextn > 0 && !info_.has_trunk; }
     bool has_mtp_head() const { return info_.n_nextn > 0 && info_.has_mtp_tensors; }
     bool has_mtp_graph() const { return architecture_has_mtp_graph(info_.architecture); }
+    // Tokens the file's MTP head scores: N for a trimmed head (d2t), n_vocab for a full one, 0 without a head.
+    int32_t draft_vocab_size() const {
+        return !has_mtp_head() ? 0 : info_.n_vocab_draft > 0 ? (int32_t) info_.n_vocab_draft : n_vocab();
+    }
 
     int32_t token_bos() const;
     int32_t token_eos() const;

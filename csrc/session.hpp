@@ -66,6 +66,7 @@ public:
     std::string flash_attn() const;     // "on", "off", or "auto" (llama.cpp decides per device)
     int32_t n_threads() const { return n_threads_; }  // compute threads of a decode (n_threads unset: all cores)
     std::string mtp_driver() const;     // the draft source: "fused", "upstream" or "none"
+    int32_t draft_vocab_size() const;   // tokens the MTP head scores (a trimmed head: fewer than n_vocab); 0 without one
     uint64_t cache_bytes() const;       // both contexts' caches (KV cells, recurrent state), all slots
     // Where each context runs: "target" (and "mtp" with a head) -> the devices holding its
     // layers' weights and its KV cache, in ggml's device order.

@@ -58,6 +58,8 @@ uint64_t Session::cache_bytes() const {
 
 std::string Session::mtp_driver() const { return source_ ? source_->name() : "none"; }
 
+int32_t Session::draft_vocab_size() const { return source_ && head_ != nullptr ? head_->draft_vocab_size() : 0; }
+
 std::string Session::rollback_mode() const {
     if (!source_) {
         return "none";  // plain decoding never rolls back

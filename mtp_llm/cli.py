@@ -160,6 +160,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "n_mtp_heads": model.n_mtp_heads,
         "has_mtp_head": model.has_mtp_head,
         "has_mtp_graph": model.has_mtp_graph,
+        "draft_vocab_size": model.draft_vocab_size,
         "chat_template": model.chat_template is not None,
         "draft_model": str(sidecar) if sidecar is not None else None,
         "tool_calls": _tool_path(model),
@@ -205,8 +206,22 @@ def cmd_split(args: argparse.Namespace) -> int:
 def cmd_draft_head(args: argparse.Namespace) -> int:
     from .gguf.draft_head import write_draft_head
 
-    path = write_draft_head(args.model, args.out, args.type)
-    print(f"draft head ({args.type}): {path}")
+    if args.draft_vocab is None:
+        if args.corpus:
+            raise SystemExit("mtp-llm draft-head: --corpus needs --draft-vocab N")
+        path = write_draft_head(args.model, args.out, args.type)
+        print(f"draft head ({args.type}): {path}")
+        return 0
+    import time
+
+    from .draft_vocab import choose_draft_vocab, write_trimmed_head
+
+    start = time.perf_counter()
+    source = args.corpus or "the model's own generations"
+    ids = choose_draft_vocab(args.model, args.draft_vocab, args.corpus)
+    path = write_trimmed_head(args.model, ids, args.out, args.type)
+    print(f"draft head ({args.type}, {args.draft_vocab} tokens from {source}, "
+          f"{time.perf_counter() - start:.1f} s): {path}")
     return 0
 
 
@@ -274,7 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     head = sub.add_parser("draft-head", help="write a model's MTP head as a quantized mtp- sidecar (draft_model)")
     head.add_argument("model", help="GGUF with an embedded MTP head (or an mtp-*.gguf sidecar)")
     head.add_argument("--type", default="q8_0", choices=["f16", "q8_0", "q4_0"], help="matrix type (default q8_0)")
-    head.add_argument("--out", help="output file or directory (default: mtp-<stem>-<type>.gguf beside the model)")
+    head.add_argument("--out", help="output file or directory (default: mtp-<stem>-<type>.gguf beside the model, "
+                      "mtp-<stem>-<type>-v<N>.gguf with --draft-vocab)")
+    head.add_argument("--draft-vocab", type=int, metavar="N",
+                      help="trim the head to the N most frequent tokens plus every control token (docs/draft-vocab.md)")
+    head.add_argument("--corpus", help="with --draft-vocab: count tokens in this text file "
+                      "(default: the model's greedy answers to a built-in prompt set)")
     head.set_defaults(func=cmd_draft_head)
 
     rpc = sub.add_parser(

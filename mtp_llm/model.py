@@ -244,6 +244,12 @@ class Model:
         return self._native.is_mtp_sidecar
 
     @property
+    def draft_vocab_size(self) -> int:
+        """Tokens this file's MTP head scores: N for a trimmed head (a ``d2t`` draft-to-target map,
+        ``docs/draft-vocab.md``), :attr:`n_vocab` for a full one, 0 without a head."""
+        return int(self._native.draft_vocab_size)
+
+    @property
     def needs_sidecar(self) -> bool:
         """True for a target whose file carries no MTP head (trunk-only, or no head declared):
         speculation needs an ``mtp-*.gguf`` sidecar."""

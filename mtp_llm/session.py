@@ -234,6 +234,12 @@ class MTP:
         return str(self._native.mtp_driver)
 
     @property
+    def draft_vocab_size(self) -> int:
+        """Tokens the MTP head scores per draft step: fewer than the model's ``n_vocab`` for a
+        trimmed head (``docs/draft-vocab.md``; the target still verifies over all), 0 for plain decoding."""
+        return int(self._native.draft_vocab_size)
+
+    @property
     def devices(self) -> dict[str, list[str]]:
         """Where each context runs: ``"target"`` and, with an MTP head, ``"mtp"``, each mapped to
         the devices holding its layers' weights and its KV cache, e.g.

@@ -135,6 +135,9 @@ class MTPStats:
     """Generation calls covered by this snapshot."""
     draft_controller: DraftControllerEstimates | None = None
     """The automatic draft length's current estimates (None where the session cannot draft)."""
+    draft_vocab_size: int = 0
+    """Tokens the MTP head scored per draft step: the model's vocabulary size for a full head,
+    fewer for a trimmed one (``docs/draft-vocab.md``), 0 for plain decoding."""
 
     @classmethod
     def from_counters(cls, c: Mapping[str, Any]) -> MTPStats:
@@ -193,6 +196,7 @@ class MTPStats:
             time_to_first_token_us=int(c["t_first_token_us"]),
             generations=int(c["generations"]),
             draft_controller=DraftControllerEstimates.from_native(controller) if controller else None,
+            draft_vocab_size=int(c.get("draft_vocab_size", 0)),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -86,9 +86,14 @@ def add_bench_parser(sub: Any) -> None:
                      help="probability that each draft position is accepted (default: every draft)")
     syn.add_argument("--format", default="f16", choices=["f32", "f16", "q8_0", "q4_0"], help="weight format")
     syn.add_argument("--vocab", type=int, default=None, help="vocabulary size (default 32000 from 20M parameters)")
+    syn.add_argument("--n-embd", type=int, default=None,
+                     help="hidden size (default: from SIZE), e.g. --vocab 248320 --n-embd 1024 for Qwen3.5-0.8B's LM head")
     cost = p.add_argument_group("cost curve (--costs)")
     cost.add_argument("--costs", action="store_true",
                       help="time the passes of one draft/verify iteration and print where MTP pays, instead of the table")
     cost.add_argument("--fill", type=int, default=128, help="tokens of context the timed passes attend over")
     cost.add_argument("--cost-reps", type=int, default=20, help="repetitions of every timed pass")
+    cost.add_argument("--draft-vocab", type=int, metavar="N",
+                      help="also time the head trimmed to N tokens (docs/draft-vocab.md) beside the full head, "
+                      "both written as sidecars of --draft-head's type (default q8_0)")
     p.set_defaults(func=cmd_bench)

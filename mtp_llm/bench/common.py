@@ -79,6 +79,7 @@ def resolve_model(args: argparse.Namespace) -> str | None:
     from ..gguf.synthetic import synthetic_model
 
     start = time.perf_counter()
-    path = synthetic_model(args.synthetic, args.acceptance, args.format, n_vocab=args.vocab)
+    path = synthetic_model(args.synthetic, args.acceptance, args.format, n_vocab=args.vocab,
+                           n_embd=getattr(args, "n_embd", None))
     print(f"synthetic model: {path} ({time.perf_counter() - start:.1f} s)")
     return str(path)

@@ -381,6 +381,8 @@ def cmd_costs(args: argparse.Namespace, model_path: str | None) -> int:
 
     n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
     model = Model.load(model_path) if model_path else Model.load_default()
+    if getattr(args, "draft_vocab", None):
+        return cmd_costs_draft_vocab(args, model, max(n_drafts, default=4))
     curve = measure_costs(
         model, n_draft=max(n_drafts, default=4), n_threads=args.threads,
         flash_attn={"default": None, "on": True, "off": False}[args.flash_attn],
@@ -412,3 +414,62 @@ def cmd_costs(args: argparse.Namespace, model_path: str | None) -> int:
     return 0
 
 
+
+
+def cmd_costs_draft_vocab(args: argparse.Namespace, model: Any, n_draft: int) -> int:
+    """``--costs --draft-vocab N``: the head's passes with the full and a trimmed LM head (both sidecars
+    of one type, measured alternately), and the expected speedups of each."""
+    from .. import draft_vocab as dv
+    from ..costs import markdown, measure_costs, median_curve
+    from ..gguf.draft_head import write_draft_head
+    from ..model import Model
+    from .common import SYNTHETIC_PROMPTS
+
+    htype = args.draft_head or "q8_0"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    # Which tokens to keep: the model's greedy output on the bench's prompts (a synthetic model's
+    # token cycle spans its whole vocabulary, so its "frequent" tokens are the ones it walks).
+    prompts = load_prompts(args.prompts) if args.prompts else (
+        SYNTHETIC_PROMPTS[:8] if getattr(args, "synthetic", None) else list(dv.PROMPTS))
+    counts = dv.token_frequencies(model, prompts=prompts, max_tokens=args.tokens + n_draft, n_threads=args.threads)
+    ids = dv.draft_vocab_ids(counts, args.draft_vocab, dv.special_token_ids(model.path))
+    heads = {
+        "full": Model.load(write_draft_head(model.path, out, htype)),
+        "trimmed": Model.load(dv.write_trimmed_head(model.path, ids, out, htype)),
+    }
+    print(f"heads written in {time.perf_counter() - start:.1f} s (token counts from {len(prompts)} prompts)")
+    curves: dict[str, list[Any]] = {name: [] for name in heads}
+    for _ in range(3):  # alternated, so the machine's load hits both alike
+        for name, head in heads.items():
+            curves[name].append(measure_costs(
+                model, draft_model=head, n_draft=n_draft, n_threads=args.threads,
+                flash_attn={"default": None, "on": True, "off": False}[args.flash_attn],
+                fill=args.fill, reps=max(3, args.cost_reps // 3), warmup=args.warmup + 1,
+            ))
+    med = {name: median_curve(c) for name, c in curves.items()}
+    mark = (1.0 if args.acceptance is None else args.acceptance) if getattr(args, "synthetic", None) else 0.8
+    lines = [
+        f"Head passes, full vs trimmed LM head ({htype} sidecars; median of 3 alternated measurements):",
+        "",
+        ("| head | vocabulary | one head pass ms | x one-row target pass | draft 1 / fused draft "
+         f"{n_draft} ms | best speedup at acceptance {mark:.2f} |"),
+        "|---|---|---|---|---|---|",
+    ]
+    for name, c in med.items():
+        k, best = c.best(mark)
+        fused = f"{c.fused_ms[-1][0]:.3f}" if c.fused_ms else "-"
+        lines.append(
+            f"| {name} | {heads[name].draft_vocab_size} | {c.head_pass_ms():.3f} | {c.head_pass_ms() / c.one_row_ms:.2f} "
+            f"| {c.draft_ms[0]:.3f} / {fused} | n_draft={k}: {best:.2f}x |"
+        )
+    ratio = med["trimmed"].head_pass_ms() / med["full"].head_pass_ms()
+    lines += ["", f"Trimmed / full head pass: {ratio:.2f}x.", "", markdown(med["trimmed"], mark=mark)]
+    table = "\n".join(lines)
+    print(table)
+    (out / "costs-draft-vocab.md").write_text(table + "\n")
+    (out / "costs-draft-vocab.json").write_text(json.dumps(
+        {name: {**c.to_dict(), "draft_vocab_size": heads[name].draft_vocab_size} for name, c in med.items()}, indent=2))
+    print(f"\nwrote {out / 'costs-draft-vocab.md'}, {out / 'costs-draft-vocab.json'}")
+    return 0

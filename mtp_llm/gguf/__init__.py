@@ -5,6 +5,7 @@
 * :mod:`~mtp_llm.gguf.qwen35`: hybrid qwen35 models (Gated DeltaNet + attention) with an MTP head;
 * :mod:`~mtp_llm.gguf.glm4`: glm4 models with a nextn block llama.cpp has no MTP graph for;
 * :mod:`~mtp_llm.gguf.draft_head`: a model's MTP head written as a quantized ``mtp-`` sidecar (draft head);
+* :mod:`~mtp_llm.gguf.draft_vocab`: trimmed draft vocabularies (a head scoring N tokens, ``d2t``);
 * :mod:`~mtp_llm.gguf.tiny_models`: the tiny test models, written with the above;
 * :mod:`~mtp_llm.gguf.synthetic`: hy_v3 models of any size and weight format with a chosen MTP
   acceptance rate, for performance work (``mtp-llm bench --synthetic``);

@@ -194,6 +194,18 @@ def write_streamed(writer: Any, tensors: Sequence[StreamedTensor]) -> None:
     writer.close()
 
 
+def copy_metadata(reader: Any, writer: Any, skip: Sequence[str] = ()) -> None:
+    """Every metadata key of a ``gguf.GGUFReader`` to a ``gguf.GGUFWriter``, but the reader's own
+    ``GGUF.*`` fields, ``general.alignment`` and the keys in ``skip``."""
+    import gguf
+
+    for f in reader.fields.values():
+        if f.name.startswith("GGUF.") or f.name in (*skip, "general.alignment"):
+            continue
+        sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
+
+
 @contextlib.contextmanager
 def written_atomically(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path`` to write the file to: it replaces ``path`` when the

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .common import GGUF_FILE_TYPE, StreamedTensor, ggml_type, write_streamed, written_atomically
+from .common import GGUF_FILE_TYPE, StreamedTensor, copy_metadata, ggml_type, write_streamed, written_atomically
 
 DraftHeadType = Literal["f16", "q8_0", "q4_0"]
 DRAFT_HEAD_TYPES: tuple[str, ...] = ("f16", "q8_0", "q4_0")
@@ -56,6 +56,12 @@ SIDECAR_ARCHITECTURES: tuple[str, ...] = (
 file (``mtp_only``: MTP layers declared, no ``blk.0.attn_norm.weight``) and which have an MTP
 draft graph (llama through patch 0005). glm5-next has a graph but its loader has no MTP-only mode
 yet. Tested here: hy_v3, qwen35 and llama (the architectures the project writes)."""
+
+DRAFT_VOCAB_ARCHITECTURES: tuple[str, ...] = ("hy_v3", "llama", "qwen35", "qwen35moe")
+"""Architectures whose MTP graph takes a trimmed head (patch 0007)."""
+
+DRAFT_VOCAB_KEY = "mtp_llm.draft_vocab_size"
+"""Metadata key holding N in a file with a trimmed head (the ``d2t`` tensor is authoritative)."""
 
 # Loaders that create output.weight as required even for an MTP-only file.
 _OUTPUT_REQUIRED = ("deepseek4", "mimo2")
@@ -80,11 +86,15 @@ def write_draft_head(
     model_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str] | None = None,
     file_type: DraftHeadType | str = "q8_0",
+    *,
+    draft_vocab: Sequence[int] | np.ndarray | None = None,
 ) -> Path:
     """Write the MTP head of ``model_path`` as a sidecar whose matrices are ``file_type``.
 
     ``out_path``: the file to write, or a directory for the default name
     (:func:`draft_head_path`, beside the model when None). Returns the written path.
+    ``draft_vocab``: token ids for a trimmed head (:mod:`mtp_llm.gguf.draft_vocab`): each head's
+    LM head keeps those rows, and ``d2t`` maps them back.
 
     Raises :class:`~mtp_llm.InvalidOptionError` for an unknown ``file_type``,
     :class:`~mtp_llm.ModelLoadError` when the file cannot be read as a GGUF, and
@@ -139,24 +149,32 @@ def write_draft_head(
     elif lacking:
         chosen.append((lacking[0] + "nextn.shared_head_head.weight", lm_head))
 
+    trimmed: list[StreamedTensor] = []
+    if draft_vocab is not None:
+        trimmed = trimmed_lm_heads(reader, head_layout(reader, model_path)[0], np.asarray(draft_vocab, dtype=np.int64))
+        chosen = [(name, t) for name, t in chosen if not name.endswith("shared_head_head.weight") and name != "output.weight"]
+
     qtype = ggml_type(file_type)
     entries: list[StreamedTensor] = []
     for name, tensor in chosen:
         shape = tuple(int(d) for d in reversed(tensor.shape))  # numpy order: rows last
         target = _stored_type(name, shape, tensor.tensor_type, qtype)
         entries.append((name, shape, target, _converter(tensor, shape, target)))
+    for name, shape, source, gather in trimmed:  # gathered rows, converted like the rest
+        target = _stored_type(name, shape, source, qtype)
+        entries.append((name, shape, target, _converted(gather, shape, source, target)))
 
     out = draft_head_path(model_path, file_type) if out_path is None else Path(out_path)
     if out.is_dir():
         out = out / draft_head_path(model_path, file_type).name
     with written_atomically(out) as tmp:
         writer = gguf.GGUFWriter(str(tmp), arch)
-        for f in reader.fields.values():  # the source's metadata, with the new file type
-            if f.name.startswith("GGUF.") or f.name in ("general.architecture", "general.file_type", "general.alignment"):
-                continue
-            sub_type = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub_type)
+        # the source's metadata, with the new file type
+        skip = ("general.architecture", "general.file_type") + ((DRAFT_VOCAB_KEY,) if trimmed else ())
+        copy_metadata(reader, writer, skip=skip)
         writer.add_file_type(GGUF_FILE_TYPE[file_type])
+        if trimmed:
+            writer.add_uint32(DRAFT_VOCAB_KEY, trimmed[-1][1][0])  # d2t's length
         write_streamed(writer, entries)
     return out
 
@@ -176,14 +194,21 @@ def _stored_type(name: str, shape: Sequence[int], source: Any, qtype: Any) -> An
 
 def _converter(tensor: Any, shape: tuple[int, ...], target: Any) -> Callable[[], np.ndarray]:
     """A function returning ``tensor``'s data stored as ``target`` (rows converted a chunk at a time)."""
+    return _converted(lambda: np.asarray(tensor.data), shape, tensor.tensor_type, target)
+
+
+def _converted(
+    stored: Callable[[], np.ndarray], shape: tuple[int, ...], source: Any, target: Any
+) -> Callable[[], np.ndarray]:
+    """A function returning the data ``stored()`` returns (``source`` type) as ``target``."""
     import gguf
 
-    source = tensor.tensor_type
     if source == target:
-        return lambda: np.asarray(tensor.data)
+        return stored
 
     def convert() -> np.ndarray:
-        rows = tensor.data.reshape(-1, tensor.data.shape[-1])  # elements or bytes of a row
+        data = stored()
+        rows = data.reshape(-1, data.shape[-1])  # elements or bytes of a row
         out = np.empty(gguf.quants.quant_shape_to_byte_shape((rows.shape[0], shape[-1]), target), dtype=np.uint8)
         step = max(1, _CHUNK_ELEMENTS // shape[-1])
         for a in range(0, rows.shape[0], step):
@@ -194,8 +219,61 @@ def _converter(tensor: Any, shape: tuple[int, ...], target: Any) -> Callable[[],
     return convert
 
 
+def head_layout(reader: Any, path: Path) -> tuple[tuple[str, ...], str]:
+    """The MTP head blocks (``blk.{i}.`` prefixes) of a file whose head can be trimmed, and its
+    architecture; raises MissingMTPHeadError / InvalidOptionError where it cannot."""
+    from ..errors import InvalidOptionError, MissingMTPHeadError
+
+    arch = str(reader.fields["general.architecture"].contents())
+    f_blocks = reader.fields.get(f"{arch}.block_count")
+    f_heads = reader.fields.get(f"{arch}.nextn_predict_layers")
+    n_blocks = int(f_blocks.contents()) if f_blocks is not None else 0
+    n_heads = int(f_heads.contents()) if f_heads is not None else 0
+    names = {t.name for t in reader.tensors}
+    if n_heads < 1 or f"blk.{n_blocks - n_heads}.nextn.eh_proj.weight" not in names:
+        raise MissingMTPHeadError(f"'{path}' stores no MTP head to trim")
+    if arch not in DRAFT_VOCAB_ARCHITECTURES:
+        raise InvalidOptionError(
+            f"'{path}' has architecture '{arch}': trimmed draft vocabularies work for "
+            f"{', '.join(DRAFT_VOCAB_ARCHITECTURES)}"
+        )
+    if "d2t" in names:
+        raise InvalidOptionError(f"'{path}' already has a trimmed draft vocabulary: trim the full model instead")
+    return tuple(f"blk.{i}." for i in range(n_blocks - n_heads, n_blocks)), arch
+
+
+def trimmed_lm_heads(reader: Any, head_blocks: Sequence[str], ids: np.ndarray) -> list[StreamedTensor]:
+    """``blk.{i}.nextn.shared_head_head.weight`` for each head block (rows ``ids`` of the block's
+    own LM head, else of ``output.weight``, else of ``token_embd.weight``, as stored) and ``d2t``."""
+    import gguf
+
+    from ..errors import InvalidOptionError, MissingMTPHeadError
+
+    tensors = {t.name: t for t in reader.tensors}
+    lm = tensors.get("output.weight", tensors.get("token_embd.weight"))
+    out: list[StreamedTensor] = []
+    for block in head_blocks:
+        source = tensors.get(block + "nextn.shared_head_head.weight", lm)
+        if source is None:
+            raise MissingMTPHeadError("the file has no LM matrix (output.weight or token_embd.weight)")
+        n_rows, n_embd = int(source.shape[-1]), int(source.shape[0])
+        if len(ids) and (ids.min() < 0 or ids.max() >= n_rows or len(np.unique(ids)) != len(ids)):
+            raise InvalidOptionError(f"draft vocabulary ids must be distinct token ids below {n_rows}")
+        out.append((block + "nextn.shared_head_head.weight", (len(ids), n_embd), source.tensor_type,
+                    _gathered(source, ids)))
+    out.append(("d2t", (len(ids),), gguf.GGMLQuantizationType.I64, lambda: np.asarray(ids, dtype=np.int64)))
+    return out
+
+
+def _gathered(tensor: Any, ids: np.ndarray) -> Any:
+    """Rows ``ids`` of a 2-D tensor's stored data (elements or quantized blocks of a row)."""
+    return lambda: np.ascontiguousarray(tensor.data.reshape(-1, tensor.data.shape[-1])[ids])
+
+
 __all__: Sequence[str] = (
     "DRAFT_HEAD_TYPES",
+    "DRAFT_VOCAB_ARCHITECTURES",
+    "DRAFT_VOCAB_KEY",
     "DraftHeadType",
     "SIDECAR_ARCHITECTURES",
     "draft_head_path",

@@ -136,30 +136,32 @@ def _shape_for_embd(n_embd: int) -> tuple[int, int, int]:
     return n_head, max(1, n_head // 4), 3 * n_embd
 
 
-def synthetic_shape(size: str | int, n_vocab: int | None = None) -> SyntheticShape:
+def synthetic_shape(size: str | int, n_vocab: int | None = None, n_embd: int | None = None) -> SyntheticShape:
     """A shape of about ``size`` target parameters with a real model's proportions.
 
     ``n_embd`` is a multiple of 128 and ``n_layer`` follows from the size, picking the pair
     whose ``n_embd / n_layer`` is nearest 64 (GPT-2 small's 768 / 12); head size 64 (128 from
     ``n_embd`` 2048 up), a quarter as many KV heads (GQA), SwiGLU ``n_ff = 3 * n_embd``.
+    ``n_embd`` given: that width (e.g. 1024 with ``n_vocab`` 248320, Qwen3.5-0.8B's).
     """
     n = parse_size(size)
     v = default_vocab(n) if n_vocab is None else n_vocab
     if v < _MIN_VOCAB:
         raise ValueError(f"n_vocab {v}: at least {_MIN_VOCAB}")
     best: tuple[float, SyntheticShape] | None = None
-    for n_embd in range(128, 16384 + 1, 128):
-        n_head, n_head_kv, n_ff = _shape_for_embd(n_embd)
+    widths = range(128, 16384 + 1, 128) if n_embd is None else (n_embd,)
+    for width in widths:
+        n_head, n_head_kv, n_ff = _shape_for_embd(width)
         if n_head >= 4 and n_head % 4:
             continue
-        probe = SyntheticShape(v, n_embd, 1, n_head, n_head_kv, n_ff)
+        probe = SyntheticShape(v, width, 1, n_head, n_head_kv, n_ff)
         rest = n - (probe.n_params - probe.block_params())
         n_layer = round(rest / probe.block_params())
         if n_layer < 1:
             continue
         shape = dataclasses.replace(probe, n_layer=n_layer)
         size_err = abs(math.log(shape.n_params / n))
-        score = abs(math.log(n_embd / n_layer / _ASPECT)) + 4 * size_err
+        score = abs(math.log(width / n_layer / _ASPECT)) + 4 * size_err
         if best is None or score < best[0]:
             best = (score, shape)
     if best is None:
@@ -455,6 +457,7 @@ def synthetic_model(
     out_dir: str | Path | None = None,
     *,
     n_vocab: int | None = None,
+    n_embd: int | None = None,
     seed: int = 0,
 ) -> Path:
     """The path of a synthetic hy_v3 model, written on first use and cached.
@@ -462,10 +465,10 @@ def synthetic_model(
     ``size``: target parameters (``"150M"``, ``"1.5B"``, an int) or an explicit
     :class:`SyntheticShape`; ``acceptance``: ``None`` or ``1.0`` for forced acceptance,
     else the per-position probability that the head is right; ``fmt``: ``f32``, ``f16``,
-    ``q8_0`` or ``q4_0``; ``out_dir``: default ``cache_dir()/synthetic``. The same
+    ``q8_0`` or ``q4_0``; ``n_vocab``, ``n_embd``: see :func:`synthetic_shape`; ``out_dir``: default ``cache_dir()/synthetic``. The same
     arguments always give the same file (named by all of them).
     """
-    shape = size if isinstance(size, SyntheticShape) else synthetic_shape(size, n_vocab)
+    shape = size if isinstance(size, SyntheticShape) else synthetic_shape(size, n_vocab, n_embd)
     spec = SyntheticSpec(shape=shape, acceptance=acceptance, fmt=fmt, seed=seed)
     if out_dir is None:
         from ..cache import cache_dir

@@ -8,7 +8,6 @@ import pytest
 from mtp_llm import MTP, DoneEvent, EogEvent, Model, StatsEvent, TokenEvent
 from mtp_llm.default_model import shakespeare_model_path
 from mtp_llm.gguf.tiny_models import TOKEN_X, TOKEN_Y
-
 from tests.helpers import make_session
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog.", "a", "Once upon a time, in a land far away"]
@@ -211,10 +210,15 @@ def test_sampled_mtp_output_follows_the_target_distribution(tiny_paths, n_draft:
     The ``sampling`` model gives every position the same known distribution and its
     head always drafts "a", so drafts are accepted about half the time. With
     n_draft="auto" the draft length changes from iteration to iteration."""
-    from mtp_llm.parity import forward_with_head
-    from mtp_llm.gguf.tiny_models import SAMPLING_TOKENS
+    check_sampled_distribution(Model.load(tiny_paths["sampling"]), n_draft)
 
-    model = Model.load(tiny_paths["sampling"])
+
+def check_sampled_distribution(model: Model, n_draft: int | str, draft_model: Model | None = None) -> None:
+    """The body of the test above, for ``model`` (the ``sampling`` tiny model) drafting with
+    its own head or ``draft_model`` (e.g. a trimmed head, tests/engine/test_draft_vocab.py)."""
+    from mtp_llm.gguf.tiny_models import SAMPLING_TOKENS
+    from mtp_llm.parity import forward_with_head
+
     prompt = "Hi there"
     logits = forward_with_head(model, model.tokenize(prompt))["trunk_logits"][-1]
     weights = np.exp(logits - logits.max())
@@ -223,7 +227,8 @@ def test_sampled_mtp_output_follows_the_target_distribution(tiny_paths, n_draft:
     target.append(1.0 - sum(target))
 
     sampling = {"temp": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "max_tokens": 4}
-    plain, spec = make_session(model, n_draft=0), make_session(model, n_draft=n_draft, n_draft_max=2)
+    plain = make_session(model, n_draft=0)
+    spec = make_session(model, draft_model=draft_model, n_draft=n_draft, n_draft_max=2)
     counts = [0, 0, 0, 0]
     for seed in range(1500):
         ids = token_ids(spec, prompt, seed=seed, **sampling)
