@@ -23,7 +23,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .parallel import cmd_parallel
 
         return cmd_parallel(args, model_path, prompts)
-    n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
+    try:
+        n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
+    except ValueError:
+        from ..errors import InvalidOptionError
+
+        raise InvalidOptionError(
+            f"--n-draft {args.n_draft!r}: the single-stream table takes fixed lengths (e.g. 1,2,3,4); "
+            "the automatic length is compared in --parallel runs"
+        ) from None
     results, meta = run_bench(
         model_path, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
         args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn], args.draft_head,

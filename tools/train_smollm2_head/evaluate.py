@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
 
     model = Model.load(converted_path(args.head), load_mtp=True)
     prompts = [model.apply_chat_template([("user", p)]) for p in heldout_prompts(args.prompts)]
-    # flash attention on: with it off the multi-row verify rounds differently (docs/smollm2.md)
+    # flash attention on: with it off, greedy MTP on this model still parts from plain decoding on some answers
+    # once drafts are accepted (15 of 20 identical with the session-9 head; docs/smollm2.md)
     plain = MTP(model, draft_model=None, n_draft=0, n_threads=args.threads, flash_attn=True)
     ref = [ids(plain, p, args.max_tokens) for p in prompts]
     plain.close()
