@@ -25,7 +25,9 @@ DOCUMENTS = [
 
 
 class StatsCollector(BaseEventHandler):
-    stats: list = []
+    """Keeps the final speculative stats of every MTPLLM call (LlamaIndex instrumentation)."""
+
+    stats: list[dict] = []
 
     def handle(self, event, **kwargs) -> None:  # type: ignore[no-untyped-def]
         if isinstance(event, MTPStatsEvent) and event.final:
