@@ -24,6 +24,16 @@ from prompts import heldout_prompts, train_prompts  # noqa: E402
 DEFAULT_WORK = Path(__file__).resolve().parents[2] / "build" / "smollm2_head"
 
 
+def answers_path(work: Path, which: str = "train") -> Path:
+    """The answers of the train prompts (``gen.jsonl``) or of the held-out ones (``gen-heldout.jsonl``)."""
+    return work / ("gen.jsonl" if which == "train" else "gen-heldout.jsonl")
+
+
+def hidden_dir(work: Path, which: str = "train") -> Path:
+    """Where hidden.py writes the shards of those answers (``hidden/`` or ``hidden-heldout/``)."""
+    return work / ("hidden" if which == "train" else "hidden-heldout")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work-dir", type=Path, default=DEFAULT_WORK)
@@ -47,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     from mtp_llm.smollm2 import source_path
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    out = args.work_dir / ("gen.jsonl" if args.set == "train" else "gen-heldout.jsonl")
+    out = answers_path(args.work_dir, args.set)
     done: set[int] = set()
     if out.exists():
         for line in out.read_text().splitlines():

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen_data import DEFAULT_WORK  # noqa: E402
+from gen_data import DEFAULT_WORK, answers_path, hidden_dir  # noqa: E402
 
 
 def load_lines(path: Path) -> list[dict]:
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> None:
 
         def hidden_of(batch: list[list[int]]) -> list[np.ndarray]:
             return [h.astype(np.float16) for h in trunk_hidden_states(model, batch, n_threads=args.threads)]
-    hdir = args.work_dir / ("hidden" if args.set == "train" else "hidden-heldout")
-    gen = args.work_dir / ("gen.jsonl" if args.set == "train" else "gen-heldout.jsonl")
+    hdir = hidden_dir(args.work_dir, args.set)
+    gen = answers_path(args.work_dir, args.set)
     hdir.mkdir(parents=True, exist_ok=True)
     n_shards = len(list(hdir.glob("shard-*.npz")))
     pos = n_shards * args.shard

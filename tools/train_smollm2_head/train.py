@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen_data import DEFAULT_WORK  # noqa: E402
+from gen_data import DEFAULT_WORK, hidden_dir  # noqa: E402
 from head_model import Head  # noqa: E402
 
 
@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> None:
         torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args)}, tmp)
         tmp.replace(ckpt)
 
-    seqs = load_shards(work / "hidden")
-    heldout = load_shards(work / "hidden-heldout")[: args.heldout]
+    seqs = load_shards(hidden_dir(work))
+    heldout = load_shards(hidden_dir(work, "heldout"))[: args.heldout]
     n_val = 0 if heldout else max(8, len(seqs) // 30)
     val, train = (heldout if heldout else seqs[:n_val]), seqs[n_val:]
     say(f"validation: {'held-out prompts' if heldout else 'train-prompt sequences'} ({len(val)})")
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     n_rows = 0
     while step < args.steps:
         if step % args.reload_every == 0:  # pick up shards that hidden.py wrote meanwhile
-            more = load_shards(work / "hidden")
+            more = load_shards(hidden_dir(work))
             if len(more) > len(seqs):
                 seqs = more
                 train = seqs[n_val:]

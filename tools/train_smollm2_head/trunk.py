@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gen_data import DEFAULT_WORK  # noqa: E402
+from gen_data import DEFAULT_WORK, hidden_dir  # noqa: E402
 from head_model import EPS, HEAD_DIM, N_HEAD, N_HEAD_KV, ROPE_BASE  # noqa: E402
 from prompts import train_prompts  # noqa: E402
 
@@ -173,7 +173,7 @@ def gen(args) -> None:
     from mtp_llm.smollm2 import source_path
 
     work = args.work_dir
-    hdir = work / "hidden"
+    hdir = hidden_dir(work)
     hdir.mkdir(parents=True, exist_ok=True)
     state = work / "torch_gen.json"
     start = json.loads(state.read_text())["next"] if state.exists() else args.start
