@@ -36,7 +36,7 @@ PATCHES: dict[str, str] = {
     "0005-llama-mtp-graph.patch": "593486e38fa68e9ac923bf7e6f50ef0b6f54056159f82295bbdf6d37c8b5f5e9",
     "0006-grammar-forced-text.patch": "14cfb5a82efe869a52913030a21693b48768a1c251ae6159863078ea6816f44e",
     "0007-mtp-draft-vocab.patch": "060ed55cac7c045e157fa93a757be5cd5572d574c4d5f7a798eea4e704bc8e6e",
-    "0009-small-batch-exact.patch": "43c3843d46bbea9d742618707813479c8d9ca0431c3f161b14a45c186a0acc27",
+    "0009-small-batch-exact.patch": "ad71d1c59479a65d02e7a3331d51919c8c46f596dbe41f65ed62d2f41f0d79c4",
 }
 STAMP = ".mtp_llm_patches"
 
