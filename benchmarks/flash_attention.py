@@ -5,7 +5,7 @@ ggml's CPU flash-attention kernel walks the KV cache once per query row, so it c
 more as the context grows and a verify batch of ``n_draft + 1`` rows pays it per row.
 This script is the measurement behind that default:
 
-    .venv/bin/python benchmarks/flash_attention.py [--tokens 128,512] [--n-draft 0,2] [--threads 2] [--reps 3]
+    .venv/bin/python benchmarks/flash_attention.py [--tokens 128,512] [--n-draft 0,2] [--threads 2] [--reps 3] [--model M]
 
 For each generation length, every repetition (after one warm-up) runs each
 (n_draft, flash_attn) configuration once over the held-out prompts, interleaved, so
@@ -33,13 +33,14 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=8, help="how many held-out prompts")
+    parser.add_argument("--model", help="a GGUF with an MTP head (default: the built-in model)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
 
     prompts = load_prompts(str(ROOT / "benchmarks" / "prompts" / "heldout.json"))[: args.prompts]
     lengths = [int(x) for x in args.tokens.split(",")]
     drafts = [int(x) for x in args.n_draft.split(",")]
-    model = Model.load_default()
+    model = Model.load(args.model) if args.model else Model.load_default()
     speeds: dict[tuple[int, int, bool], list[float]] = {}
     for tokens in lengths:  # one interleaved round per generation length
         sessions = {
@@ -50,7 +51,7 @@ def main() -> int:
             speeds[key] = [s.tokens_per_sec for s in runs]
 
     lines = [
-        f"Default model, {len(prompts)} held-out prompts, threads={args.threads}, {args.reps} interleaved reps; "
+        f"{Path(args.model).name if args.model else 'Default model'}, {len(prompts)} held-out prompts, threads={args.threads}, {args.reps} interleaved reps; "
         "decode tokens/s, median (min-max).",
         "",
         "| tokens | config | flash attention on | off | off / on |",
@@ -61,7 +62,8 @@ def main() -> int:
         name = "plain" if k == 0 else f"mtp n_draft={k}"
         ratio = statistics.median(off) / statistics.median(on)
         lines.append(f"| {tokens} | {name} | {median_span(on)} | {median_span(off)} | {ratio:.2f} |")
-    write_table("\n".join(lines), args.out, "flash_attention.md")
+    name = f"flash_attention-{Path(args.model).stem}.md" if args.model else "flash_attention.md"
+    write_table("\n".join(lines), args.out, name)
     return 0
 
 

@@ -206,8 +206,10 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
         fail(ErrorKind::Grammar, with_log("the grammar does not parse (GBNF syntax error)"));
     }
 
+    const bool cache_prompt = g.cache_prompt.value_or(opts_.cache_prompt);
     std::lock_guard<std::mutex> lock(mu_);
-    Slot & s = pick_slot(prompt);
+    const SlotChoice choice = pick_slot(prompt, cache_prompt);
+    Slot & s = *choice.slot;
     s.call.in_use = true;
     s.call.id = call;
     n_running_.fetch_add(1);
@@ -215,7 +217,7 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
         s.call.sampler = std::move(sampler);
         s.call.has_grammar = has_grammar;
         s.call.preserved_tokens = sampling.preserved_tokens;
-        prepare(s, prompt, g);
+        prepare(s, prompt, g, choice.copy_from);
     } catch (...) {
         s.call.sampler.reset();
         s.call.in_use = false;
@@ -227,10 +229,15 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
 }
 
 // The free slot that holds the longest usable prefix of `prompt`; among equals, the one
-// used least recently (its conversation is the least likely to come back).
-Slot & Session::pick_slot(const std::vector<int32_t> & prompt) {
+// used least recently (its conversation is the least likely to come back). Where that
+// slot holds another conversation the prompt would cut (two conversations that share a
+// long system prompt) and a free slot would lose nothing, the prompt goes to the latter
+// with a copy of the shared prefix: each conversation keeps its slot.
+Session::SlotChoice Session::pick_slot(const std::vector<int32_t> & prompt, bool cache_prompt) {
     Slot * best = nullptr;
     size_t best_n = 0;
+    Slot * lossless = nullptr;  // a free slot that holds nothing, or what the prompt continues
+    size_t lossless_n = 0;
     for (auto & p : slots_) {
         Slot & s = *p;
         if (s.call.in_use) {
@@ -241,6 +248,12 @@ Slot & Session::pick_slot(const std::vector<int32_t> & prompt) {
             best = &s;
             best_n = n;
         }
+        const bool loses_nothing = !s.cache.valid || n == s.cache.tokens.size();
+        if (loses_nothing && (!lossless || n > lossless_n ||
+                              (n == lossless_n && s.call.last_used < lossless->call.last_used))) {
+            lossless = &s;
+            lossless_n = n;
+        }
     }
     if (!best) {
         if (slots_.size() == 1) {
@@ -250,11 +263,16 @@ Slot & Session::pick_slot(const std::vector<int32_t> & prompt) {
         fail(ErrorKind::Busy, "all " + std::to_string(slots_.size()) + " slots of this session are running "
                               "generations: wait for one to finish, or create the session with a larger n_parallel");
     }
-    best->call.last_used = ++begin_count_;
-    return *best;
+    SlotChoice choice{best, nullptr};
+    const bool cuts = best_n > 0 && best_n < best->cache.tokens.size();
+    if (cache_prompt && cuts && lossless && lossless != best && target_rolls_back()) {
+        choice = {lossless, lossless_n < best_n ? best : nullptr};
+    }
+    choice.slot->call.last_used = ++begin_count_;
+    return choice;
 }
 
-void Session::prepare(Slot & s, const std::vector<int32_t> & prompt, const GenerateOptions & g) {
+void Session::prepare(Slot & s, const std::vector<int32_t> & prompt, const GenerateOptions & g, Slot * copy_from) {
     Slot::Call & c = s.call;
     c.cancel_requested.store(false);
     // Timeouts beyond ~30 years are treated as none (and cannot overflow).
@@ -290,6 +308,9 @@ void Session::prepare(Slot & s, const std::vector<int32_t> & prompt, const Gener
     c.head_followed = c.head_follows;  // whether the previous call kept the head in step
     c.head_follows = drafting(s);
     if (c.cache_prompt) {
+        if (copy_from) {
+            copy_state(*copy_from, s);
+        }
         pick_saved_state(s, prompt);
     }
     const size_t start = c.cache_prompt ? reuse_prefix(s, prompt) : 0;

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,9 +77,13 @@ private:
     static bool abort_cb(void * data);
     void create_contexts(const Model * head);
     Slot & slot_at(int32_t slot) const;
-    Slot & pick_slot(const std::vector<int32_t> & prompt);
+    struct SlotChoice {
+        Slot * slot;       // the slot the call runs in
+        Slot * copy_from;  // another free slot whose state the call starts from (its prefix is longer)
+    };
+    SlotChoice pick_slot(const std::vector<int32_t> & prompt, bool cache_prompt);
     void release(Slot & s);  // end of a generation (mu_ held); what the contexts hold stays cached
-    void prepare(Slot & s, const std::vector<int32_t> & prompt, const GenerateOptions & g);
+    void prepare(Slot & s, const std::vector<int32_t> & prompt, const GenerateOptions & g, Slot * copy_from);
     // This call may draft (a head, and a draft length above 0 or "auto").
     bool drafting(const Slot & s) const { return source_ && s.may_draft(); }
     // The head reads this slot's rows: it may draft, or the source reads every slot's.
@@ -98,7 +103,9 @@ private:
     // The prompt cache (prompt_cache.hpp) around this session's contexts.
     size_t usable_prefix(const llama_tokens & held, const std::vector<int32_t> & prompt) const;
     size_t cached_prefix(const Slot & s, const std::vector<int32_t> & prompt) const;
+    std::optional<PromptCache::Entry> capture_state(Slot & s);  // nothing where uncommitted rows cannot go
     void save_state(Slot & s);
+    void copy_state(Slot & from, Slot & to);
     void restore_state(Slot & s, const PromptCache::Entry & state);
     void pick_saved_state(Slot & s, const std::vector<int32_t> & prompt);
 

@@ -79,12 +79,12 @@ void Session::pick_saved_state(Slot & s, const std::vector<int32_t> & prompt) {
     }
 }
 
-void Session::save_state(Slot & s) {
+std::optional<PromptCache::Entry> Session::capture_state(Slot & s) {
     if ((size_t) s.cache.n_past != s.cache.tokens.size()) {
         // Accepted rows past the last committed token (a call that stopped mid-batch).
         if (!target_rolls_back() ||
             !llama_memory_seq_rm(llama_get_memory(ctx_tgt_.get()), s.seq, (llama_pos) s.cache.tokens.size(), -1)) {
-            return;
+            return std::nullopt;
         }
         s.cache.n_past = (int32_t) s.cache.tokens.size();
     }
@@ -99,9 +99,28 @@ void Session::save_state(Slot & s) {
     if (source_) {
         st.draft = source_->save(s);
     }
+    return st;
+}
+
+void Session::save_state(Slot & s) {
+    std::optional<PromptCache::Entry> st = capture_state(s);
+    if (!st) {
+        return;
+    }
     // A saved state this one extends is superseded by it, where the target can roll back
     // (a recurrent one keeps the shorter state: a prompt may extend it and not this one).
-    saved_.add(std::move(st), /*supersede=*/target_rolls_back());
+    saved_.add(std::move(*st), /*supersede=*/target_rolls_back());
+}
+
+// `to` starts from `from`'s conversation (reuse_prefix then cuts it to what the prompt
+// shares); `from` keeps its own.
+void Session::copy_state(Slot & from, Slot & to) {
+    if (!from.cache.valid) {
+        return;
+    }
+    if (std::optional<PromptCache::Entry> st = capture_state(from)) {
+        restore_state(to, *st);
+    }
 }
 
 void Session::restore_state(Slot & s, const PromptCache::Entry & state) {

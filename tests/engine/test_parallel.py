@@ -172,17 +172,34 @@ async def test_async_calls_share_the_session_without_blocking_the_loop(tiny_path
     assert ticker.ticks >= 10
 
 
+@pytest.mark.parametrize("together", [True, False], ids=["together", "one after the other"])
 @pytest.mark.parametrize("case", ["dense", "sidecar", "dense, llama.cpp's driver", "hybrid rs", "hybrid checkpoint"])
-def test_a_slot_keeps_its_conversation(tiny_paths: dict[str, Path], case: str) -> None:
-    """Prompt cache per slot: a follow-up goes to the slot that holds its history."""
+def test_a_slot_keeps_its_conversation(tiny_paths: dict[str, Path], case: str, together: bool) -> None:
+    """Prompt cache per slot: a follow-up goes to the slot that holds its history.
+
+    The two conversations share a long prefix. Run one after the other, the second must
+    not take the first one's slot (it would cut that conversation): it goes to the free
+    slot, starting from a copy of the shared prefix where the target can roll back.
+    """
     parallel, single = open_sessions(tiny_paths, case, n_parallel=2)
     histories = [f"{LONG} {p}" for p in PROMPTS[:2]]
-    answers, _ = run_concurrently(parallel, histories, max_tokens=16, temp=0)
+    if together:
+        answers, _ = run_concurrently(parallel, histories, max_tokens=16, temp=0)
+    else:
+        firsts = [list(parallel.stream_events(h, max_tokens=16, temp=0)) for h in histories]
+        answers = [[e.id for e in events if isinstance(e, TokenEvent)] for events in firsts]
+        second_cached = firsts[1][-1].stats.prompt_tokens_cached
+        assert second_cached == (0 if case.startswith("hybrid") else pytest.approx(shared_len(parallel), abs=1))
     follow_ups = [h + parallel.model.detokenize(a) + " And then?" for h, a in zip(histories, answers, strict=True)]
     expected = [token_ids(single, p, max_tokens=16, temp=0) for p in follow_ups]
     got, stats = run_concurrently(parallel, follow_ups, max_tokens=16, temp=0)
     assert got == expected
-    assert all(s.prompt_tokens_cached > 100 for s in stats)
+    assert all(s.prompt_tokens_cached > shared_len(parallel) for s in stats)
+
+
+def shared_len(session: MTP) -> int:
+    """Tokens of the prefix every conversation of these tests shares."""
+    return len(session.model.tokenize(LONG))
 
 
 async def _tokens_async(session: MTP, prompt: str, **opts: Any) -> list[int]:
