@@ -1,9 +1,11 @@
 """Flash attention on against off on the CPU, interleaved, for plain decoding and MTP.
 
-The engine's default (``flash_attn=None``) turns flash attention off on a CPU-only build:
 ggml's CPU flash-attention kernel walks the KV cache once per query row, so it costs
-more as the context grows and a verify batch of ``n_draft + 1`` rows pays it per row.
-This script is the measurement behind that default:
+more as the context grows and a verify batch of ``n_draft + 1`` rows pays it per row;
+without it the attention products are multi-column matmuls that round differently from a
+one-row pass (greedy MTP then is not bit-identical to plain decoding). The engine's
+default (``flash_attn=None``) turns it on for a CPU-only build; this script measures the
+price per model:
 
     .venv/bin/python benchmarks/flash_attention.py [--tokens 128,512] [--n-draft 0,2] [--threads 2] [--reps 3] [--model M]
 

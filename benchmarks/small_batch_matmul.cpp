@@ -136,17 +136,19 @@ static void run_mm(ggml_tensor * W, const std::vector<float> & x, int n, int nth
 }
 
 static int check() {
-    const ggml_type types[] = { GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1 };
+    const ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1 };
     const int ks[] = { 96, 256, 768, 800, 2304, 4096 };  // 96, 800: odd block counts
     const int ms[] = { 1, 7, 64, 333 };
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     int failures = 0;
     for (ggml_type t : types) {
-        const ggml_type vt = t == GGML_TYPE_F16 ? GGML_TYPE_F16 : t == GGML_TYPE_Q4_1 ? GGML_TYPE_Q8_1 : GGML_TYPE_Q8_0;
+        const ggml_type vt = t == GGML_TYPE_F32 ? GGML_TYPE_F32
+                           : t == GGML_TYPE_F16 ? GGML_TYPE_F16
+                           : t == GGML_TYPE_Q4_1 ? GGML_TYPE_Q8_1 : GGML_TYPE_Q8_0;
         // batch invariance: each column of an n-column product (n <= 8, a verify pass) bit for bit the product
-        // of that column alone (plain decoding); required of q8_0 and q4_1 (patch 0009)
-        const bool exact = t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_1;
+        // of that column alone (plain decoding); required of q8_0 and q4_1 (patch 0009) and f32 (patch 0010)
+        const bool exact = t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_F32;
         int64_t inexact = 0;
         const auto * tt  = ggml_get_type_traits(t);
         const auto * vtt = ggml_get_type_traits(vt);
@@ -157,14 +159,23 @@ static int check() {
             ggml_tensor * W = ggml_new_tensor_2d(ctx, t, k, m);
             fill_weights(W, rng);
             std::vector<float> wf((size_t) k * m);
-            for (int r = 0; r < m; ++r) tt->to_float((const char *) W->data + r * W->nb[1], wf.data() + (size_t) r * k, k);
+            for (int r = 0; r < m; ++r) {
+                const char * row = (const char *) W->data + r * W->nb[1];
+                if (t == GGML_TYPE_F32) {
+                    memcpy(wf.data() + (size_t) r * k, row, sizeof(float) * k);
+                } else {
+                    tt->to_float(row, wf.data() + (size_t) r * k, k);
+                }
+            }
             for (int n = 1; n <= 16; ++n) {
                 std::vector<float> x((size_t) k * n), xq((size_t) k * n);
                 for (auto & v : x) v = u(rng);
                 // activations as the kernels see them
                 std::vector<uint8_t> qbuf(ggml_row_size(vt, k));
                 for (int c = 0; c < n; ++c) {
-                    if (vt == GGML_TYPE_F16) {
+                    if (vt == GGML_TYPE_F32) {
+                        std::copy(x.begin() + (size_t) c * k, x.begin() + (size_t) (c + 1) * k, xq.begin() + (size_t) c * k);
+                    } else if (vt == GGML_TYPE_F16) {
                         for (int j = 0; j < k; ++j) xq[(size_t) c * k + j] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(x[(size_t) c * k + j]));
                     } else {
                         // the CPU backend's own quantizer, as used for src1 (rounding may differ from ggml_quantize_chunk)

@@ -37,6 +37,7 @@ PATCHES: dict[str, str] = {
     "0006-grammar-forced-text.patch": "14cfb5a82efe869a52913030a21693b48768a1c251ae6159863078ea6816f44e",
     "0007-mtp-draft-vocab.patch": "060ed55cac7c045e157fa93a757be5cd5572d574c4d5f7a798eea4e704bc8e6e",
     "0009-small-batch-exact.patch": "ad71d1c59479a65d02e7a3331d51919c8c46f596dbe41f65ed62d2f41f0d79c4",
+    "0010-small-batch-f32-exact.patch": "5a7b45918a5f3dab1cd1f71c0912189a1f18d3a9e015144354e90950ffa503b1",
 }
 STAMP = ".mtp_llm_patches"
 

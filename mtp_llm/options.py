@@ -81,9 +81,10 @@ class SessionOptions:
     n_threads_batch: int | None = option(None, ge=1)
     """Prompt/verify threads (None = ``n_threads``)."""
     flash_attn: bool | None = None
-    """None = auto: off on a CPU-only build (ggml's CPU flash attention re-reads
-    the KV cache per verify row; measured slower), llama.cpp's choice where a GPU
-    backend exists; True/False to force."""
+    """None = auto: on for a CPU-only build (the only attention path there that keeps
+    greedy MTP bit-identical to plain decoding), llama.cpp's choice where a GPU backend
+    exists or the V cache is quantized; True/False to force (False can be faster on
+    models with very small heads, and loses the bit-for-bit guarantee)."""
     type_k: str | None = option(None, choices=CACHE_TYPES)
     """K cache type of both contexts ("f16", "q8_0", ...; None = f16)."""
     type_v: str | None = option(None, choices=CACHE_TYPES)

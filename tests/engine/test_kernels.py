@@ -1,7 +1,7 @@
 """The CPU kernels of the ggml patch set (patches/llama.cpp/0001-0004) against a double-precision reference.
 
 `benchmarks/small_batch_matmul.cpp check` is compiled against the static ggml libraries this package was built
-with and multiplies f16 / q8_0 / q4_0 / q4_1 weights by 1..16 activation columns (the one-row path of plain decoding
+with and multiplies f32 / f16 / q8_0 / q4_0 / q4_1 weights by 1..16 activation columns (the one-row path of plain decoding
 and every verify width), 1 and 2 threads, odd block counts and row counts that no tile divides. A patch that
 prefetches the wrong rows or splits the rows between threads wrongly shows up here as a wrong product, before
 any model test sees a changed token.
@@ -58,10 +58,10 @@ def test_patched_matmul_kernels_match_a_double_precision_reference(tmp_path: Pat
         m.group(1): float(m.group(2))
         for m in re.finditer(r"^(\w+)\s+max \|err\|/max\|ref\|.*?: patched ([\d.e+-]+),", out.stdout, re.M)
     }
-    assert set(errors) == {"f16", "q8_0", "q4_0", "q4_1"}, out.stdout
-    # batch invariance (patch 0009): a verify pass's column equals the one-column product bit for bit
+    assert set(errors) == {"f32", "f16", "q8_0", "q4_0", "q4_1"}, out.stdout
+    # batch invariance (patches 0009, 0010): a verify pass's column equals the one-column product bit for bit
     unlike = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s.*one-column product: (\d+)$", out.stdout, re.M)}
-    assert unlike["q8_0"] == 0 and unlike["q4_1"] == 0, out.stdout
+    assert unlike["q8_0"] == 0 and unlike["q4_1"] == 0 and unlike["f32"] == 0, out.stdout
     # "all passed": every case within 4x the unpatched path's error; and absolutely, f32 rounding of exact
     # (q8_0/q4_0 integer) or f16-rounded products: 1e-6 to 1e-5 of the largest result
     # (q4_1 x q8_1 adds m_x * s_y with s_y = d_y * sum(q_y) stored in f16: ggml's own one-column path is ~1e-2 off

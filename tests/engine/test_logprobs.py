@@ -76,7 +76,10 @@ def test_score_is_the_log_softmax_of_each_next_token(random_model: Model, n_batc
     logits = forward_with_head(random_model, tokens)["trunk_logits"].astype(np.float64)
     log_softmax = logits - (logits.max(axis=1, keepdims=True) + np.log(np.exp(logits - logits.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True)))
     want = [log_softmax[i, tokens[i + 1]] for i in range(len(tokens) - 1)]
-    assert np.allclose(score.logprobs, want, atol=2e-3)
+    # Chunks of 3 rows sum each dot product as the one-row path does (patch 0010), the reference
+    # pass of all rows as tinyBLAS does: on this model's large logits (|x| up to 36) that moves
+    # log-probabilities far in the tail (-43) by up to 6e-3, 1.3e-4 relative.
+    assert np.allclose(score.logprobs, want, rtol=2e-4, atol=2e-3)
     assert score.total == pytest.approx(sum(score.logprobs))
     assert score.perplexity == pytest.approx(float(np.exp(-np.mean(score.logprobs))))
     # A generation after scoring is unaffected: scoring has a context of its own.
