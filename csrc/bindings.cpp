@@ -302,8 +302,11 @@ PYBIND11_MODULE(_core, m) {
     // The automatic draft length's policy on its own, for tests that feed it exact costs.
     py::class_<mtp::DraftController>(m, "DraftController")
         .def(py::init<int32_t>(), py::arg("n_max"))
-        .def("choose", &mtp::DraftController::choose, py::arg("limit"))
+        .def("choose", &mtp::DraftController::choose, py::arg("limit"), py::arg("streams") = 1)
         .def("observe", &mtp::DraftController::observe, py::arg("drafted"), py::arg("accepted"), py::arg("us"),
+             py::arg("head_us"), py::arg("resumed") = false)
+        .def("observe_acceptance", &mtp::DraftController::observe_acceptance, py::arg("drafted"), py::arg("accepted"))
+        .def("observe_cost", &mtp::DraftController::observe_cost, py::arg("drafted"), py::arg("streams"), py::arg("us"),
              py::arg("head_us"), py::arg("resumed") = false)
         .def("interrupt", &mtp::DraftController::interrupt)
         .def("estimates", &mtp::DraftController::estimates);
@@ -311,6 +314,7 @@ PYBIND11_MODULE(_core, m) {
     // What the automatic draft length has learnt (mtp_llm.stats.DraftControllerEstimates reads it by field name).
     py::class_<mtp::ControllerEstimates>(m, "ControllerEstimates")
         .def_readonly("acceptance", &mtp::ControllerEstimates::acceptance)
+        .def_readonly("streams", &mtp::ControllerEstimates::streams)
         .def_readonly("iteration_us", &mtp::ControllerEstimates::iteration_us)
         .def_readonly("expected_tokens_per_s", &mtp::ControllerEstimates::expected_tokens_per_s)
         .def_readonly("choice", &mtp::ControllerEstimates::choice)

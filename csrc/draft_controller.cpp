@@ -31,9 +31,21 @@ DraftController::DraftController(int32_t n_max)
       fast_num_((size_t) n_max, kPriorAccepted),
       fast_den_((size_t) n_max, 1.0),
       acc_seen_((size_t) n_max, false),
-      cost_us_((size_t) n_max + 1, 0.0),
-      cost_n_((size_t) n_max + 1, 0),
-      probe_interval_(kProbeMin) {}
+      probe_interval_(kProbeMin) {
+    costs();
+}
+
+DraftController::Costs & DraftController::costs() {
+    if ((size_t) streams_ > costs_.size()) {
+        costs_.resize((size_t) streams_, Costs{std::vector<double>((size_t) n_max_ + 1, 0.0),
+                                               std::vector<int32_t>((size_t) n_max_ + 1, 0), 0.0});
+    }
+    return costs_[(size_t) streams_ - 1];
+}
+
+const DraftController::Costs & DraftController::costs() const {
+    return costs_[std::min((size_t) streams_, costs_.size()) - 1];
+}
 
 double DraftController::acceptance(int32_t i, bool optimistic) const {
     if (optimistic && !acc_seen_[i]) {
@@ -52,26 +64,27 @@ double DraftController::expected_tokens(int32_t k, bool optimistic) const {
 }
 
 bool DraftController::measured(int32_t k) const {
-    return cost_n_[k] >= (k == 0 ? kMinPlainSamples : kMinSamples);
+    return costs().n[k] >= (k == 0 ? kMinPlainSamples : kMinSamples);
 }
 
 double DraftController::cost(int32_t k) const {
+    const Costs & t = costs();
     if (measured(k)) {
-        return cost_us_[k];
+        return t.us[k];
     }
     int32_t j = k - 1;
     while (j > 0 && !measured(j)) {
         --j;
     }
-    return cost_us_[j] + (k - j) * head_step_us_;
+    return t.us[j] + (k - j) * t.head_step_us;
 }
 
 int32_t DraftController::best_measured(int32_t limit, double & rate) const {
     int32_t best = 0;
-    rate = expected_tokens(0, false) / cost_us_[0];
+    rate = expected_tokens(0, false) / costs().us[0];
     for (int32_t k = 1; k <= limit; ++k) {
         if (measured(k)) {
-            const double r = expected_tokens(k, false) / cost_us_[k];
+            const double r = expected_tokens(k, false) / costs().us[k];
             if (r > rate) {
                 rate = r;
                 best = k;
@@ -135,8 +148,10 @@ int32_t DraftController::decide(int32_t limit) {
     return best;
 }
 
-int32_t DraftController::choose(int32_t limit) {
+int32_t DraftController::choose(int32_t limit, int32_t streams) {
     std::lock_guard<std::mutex> lock(mutex_);
+    streams_ = std::max(1, streams);
+    costs();
     choice_ = decide(std::min(limit, n_max_));
     return choice_;
 }
@@ -159,6 +174,21 @@ void DraftController::interrupt() {
 
 void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed) {
     std::lock_guard<std::mutex> lock(mutex_);
+    observe_acceptance_locked(drafted, accepted);
+    observe_cost_locked(drafted, 1, us, head_us, resumed);
+}
+
+void DraftController::observe_acceptance(int32_t drafted, int32_t accepted) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    observe_acceptance_locked(drafted, accepted);
+}
+
+void DraftController::observe_cost(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    observe_cost_locked(drafted, streams, us, head_us, resumed);
+}
+
+void DraftController::observe_acceptance_locked(int32_t drafted, int32_t accepted) {
     drafted = std::clamp(drafted, 0, n_max_);
     if (drafted == 0) {
         ++plain_run_;
@@ -179,28 +209,41 @@ void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int
         }
         acc_seen_[i] = true;
     }
-    // Only an iteration of the same length as the one before measures that length's
+}
+
+void DraftController::observe_cost_locked(int32_t drafted, int32_t streams, int64_t us, int64_t head_us,
+                                          bool resumed) {
+    drafted = std::clamp(drafted, 0, n_max_);
+    streams = std::max(1, streams);
+    // Only an iteration of the same shape as the one before measures that shape's
     // steady cost: after a switch the first pass rebuilds its compute graphs.
-    const bool steady = drafted == previous_ && !resumed && us > 0;
+    const bool steady = drafted == previous_ && streams == previous_streams_ && !resumed && us > 0;
     previous_ = drafted;
+    previous_streams_ = streams;
     if (!steady) {
         return;
     }
+    const int32_t chosen_for = streams_;
+    streams_ = streams;
+    Costs & t = costs();
+    streams_ = chosen_for;
     // Times only grow when the machine is busy (preemption, page faults): the
     // first samples keep their minimum, later ones move the average by at most
     // a bounded step.
-    double & c = cost_us_[drafted];
-    if (cost_n_[drafted] == 0) {
+    double & c = t.us[drafted];
+    const bool known = t.n[drafted] >= (drafted == 0 ? kMinPlainSamples : kMinSamples);
+    if (t.n[drafted] == 0) {
         c = (double) us;
-    } else if (!measured(drafted)) {
+    } else if (!known) {
         c = std::min(c, (double) us);
     } else {
         c += kCostWeight * (std::min((double) us, kOutlier * c) - c);
     }
-    cost_n_[drafted] = std::min(cost_n_[drafted] + 1, 1 << 20);
+    t.n[drafted] = std::min(t.n[drafted] + 1, 1 << 20);
     if (drafted > 0 && head_us > 0) {
         const double step = (double) head_us / drafted;
-        head_step_us_ = head_step_us_ == 0.0 ? step : head_step_us_ + kCostWeight * (std::min(step, kOutlier * head_step_us_) - head_step_us_);
+        t.head_step_us = t.head_step_us == 0.0 ? step
+                                               : t.head_step_us + kCostWeight * (std::min(step, kOutlier * t.head_step_us) - t.head_step_us);
     }
 }
 
@@ -210,10 +253,11 @@ ControllerEstimates DraftController::estimates() const {
     for (int32_t i = 0; i < n_max_; ++i) {
         e.acceptance.push_back(acceptance(i, false));
     }
+    e.streams = streams_;
     for (int32_t k = 0; k <= n_max_; ++k) {
         const bool known = measured(k);
-        e.iteration_us.push_back(known ? cost_us_[k] : 0.0);
-        e.expected_tokens_per_s.push_back(known ? expected_tokens(k, false) * 1e6 / cost_us_[k] : 0.0);
+        e.iteration_us.push_back(known ? costs().us[k] : 0.0);
+        e.expected_tokens_per_s.push_back(known ? expected_tokens(k, false) * 1e6 / costs().us[k] : 0.0);
     }
     e.choice = choice_;
     e.probe_interval = probe_interval_;

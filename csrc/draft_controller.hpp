@@ -26,6 +26,7 @@ namespace mtp {
 
 struct ControllerEstimates {
     std::vector<double> acceptance;    // [i]: P(draft i accepted | drafts before it accepted)
+    int32_t streams = 1;               // concurrent streams the times below are for (the last choice's)
     std::vector<double> iteration_us;  // [k]: time of an iteration drafting k (0 = not measured yet)
     std::vector<double> expected_tokens_per_s;  // [k]: E(k) / T(k) (0 = not measured yet)
     int32_t choice = 0;                // the length chosen last
@@ -36,8 +37,8 @@ class DraftController {
 public:
     explicit DraftController(int32_t n_max);
 
-    // Draft length for the next iteration, in [0, min(limit, n_max)].
-    int32_t choose(int32_t limit);
+    // Draft length for the next iteration of `streams` concurrent streams, in [0, min(limit, n_max)].
+    int32_t choose(int32_t limit, int32_t streams = 1);
     // Whether the next choice is plain decoding with no probe due (the head may
     // skip work it would only need for drafting, such as the prompt).
     bool expects_plain() const;
@@ -45,12 +46,26 @@ public:
     // iteration took `us` of which the MTP head `head_us`. `resumed`: the head
     // first caught up on a plain stretch (a switching cost, not a steady one).
     void observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed);
+    // The same, split for iterations of several streams: each stream's drafts...
+    void observe_acceptance(int32_t drafted, int32_t accepted);
+    // ...and, once per iteration, its time (every stream drafted `drafted`; `head_us` in total).
+    void observe_cost(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed);
     // The next iteration does not follow the last observed one (a new call).
     void interrupt();
 
     ControllerEstimates estimates() const;  // any thread
 
 private:
+    // Iteration times at one number of streams.
+    struct Costs {
+        std::vector<double> us;
+        std::vector<int32_t> n;
+        double head_step_us = 0.0;
+    };
+    Costs & costs();              // the current number of streams' (mutex_ held)
+    const Costs & costs() const;
+    void observe_acceptance_locked(int32_t drafted, int32_t accepted);
+    void observe_cost_locked(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed);
     double acceptance(int32_t i, bool optimistic) const;
     double expected_tokens(int32_t k, bool optimistic) const;
     bool measured(int32_t k) const;
@@ -64,9 +79,8 @@ private:
     std::vector<double> acc_num_, acc_den_;    // decayed counts per position
     std::vector<double> fast_num_, fast_den_;  // the same with a short memory
     std::vector<bool> acc_seen_;
-    std::vector<double> cost_us_;
-    std::vector<int32_t> cost_n_;
-    double head_step_us_ = 0.0;
+    std::vector<Costs> costs_;    // [streams - 1]
+    int32_t streams_ = 1;         // of the iteration being chosen
     int32_t plain_run_ = 0;       // plain tokens since the last probe or drafting iteration
     int32_t probe_interval_;
     // A burst: a few iterations at one length (a probe from plain decoding, or a try
@@ -75,6 +89,7 @@ private:
     int32_t burst_left_ = 0;
     bool burst_is_probe_ = false;
     int32_t previous_ = -1;       // length of the last observed iteration (-1: none, or a new call)
+    int32_t previous_streams_ = 0;
     int32_t since_explore_ = 0;   // drafting iterations since trying a neighbouring length
     bool explore_down_ = false;   // the last try was one draft fewer
     int32_t choice_ = 0;

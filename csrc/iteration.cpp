@@ -120,6 +120,7 @@ void Session::speculative_iteration(std::vector<Slot *> & slots) {
     }
     const int64_t us_all = now_us() - t_start;
     bool first = true;
+    round_observations_.clear();
     for (Slot * s : slots) {
         try {
             const int64_t share = (int64_t) (s->round.draft_tokens.size() + 1);
@@ -129,7 +130,29 @@ void Session::speculative_iteration(std::vector<Slot *> & slots) {
             fail_slot(*s, std::current_exception());
         }
     }
+    observe_round_cost(slots.size());
     slots.clear();
+}
+
+// The controller prices a round by its whole time, and only a round whose every stream
+// drafted the same length for it (all on "auto", none forced by a grammar, none
+// waiting for a replay): that is the shape its choice applies to.
+void Session::observe_round_cost(size_t streams) {
+    if (round_observations_.empty() || round_observations_.size() != streams) {
+        return;
+    }
+    const Slot::Call::Observation & first = round_observations_.front();
+    int64_t us = 0, head_us = 0;
+    bool resumed = false;
+    for (const auto & o : round_observations_) {
+        if (o.drafted != first.drafted) {
+            return;
+        }
+        us += o.us;
+        head_us += o.head_us;
+        resumed = resumed || o.resumed;
+    }
+    controller_.observe_cost(first.drafted, (int32_t) streams, us, head_us, resumed);
 }
 
 // One slot's share of the iteration: counters, commit or checkpoint restore, what the
@@ -178,7 +201,8 @@ void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
             pending->head_us += (int64_t) c.t_draft_us;
         }
         if (!r.must_restore && pending) {
-            controller_.observe(pending->drafted, pending->accepted, pending->us, pending->head_us, pending->resumed);
+            controller_.observe_acceptance(pending->drafted, pending->accepted);
+            round_observations_.push_back(*pending);
             pending.reset();
         }
     }
@@ -213,7 +237,7 @@ void Session::draft(std::vector<Slot *> & slots) {
         }
     }
     if (auto_room >= 0) {
-        const int32_t chosen = controller_.choose(auto_room);
+        const int32_t chosen = controller_.choose(auto_room, (int32_t) slots.size());
         for (Slot * s : slots) {
             if (s->call.auto_draft && !s->round.is_replay) {
                 s->round.n_max = std::min(s->round.n_max, chosen);

@@ -113,6 +113,7 @@ private:
     // failure to its `error`; nothing is thrown.
     void run_round();
     void fail_slot(Slot & s, std::exception_ptr e);
+    void observe_round_cost(size_t streams);  // the round's time, for the draft-length controller
     void fail_round(std::vector<Slot *> & slots, std::exception_ptr e);
 
     // One draft/verify iteration over `slots`, in phases (iteration.cpp); a slot that
@@ -158,6 +159,7 @@ private:
     // One draft length per round for every slot on "auto": the costs it weighs are the
     // round's (all running slots'), and it outlives calls: what it learns persists.
     DraftController controller_;
+    std::vector<Slot::Call::Observation> round_observations_;  // this round's completed ones (run_round)
 
     AtomicCounters total_;
 };

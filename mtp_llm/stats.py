@@ -45,10 +45,14 @@ class DraftControllerEstimates:
     acceptance: tuple[float, ...]
     """Per draft position i: P(draft i accepted | the drafts before it were), a
     decayed average of this session's iterations."""
+    streams: int
+    """Concurrent streams (calls sharing the session's iterations) that ``iteration_us`` is for:
+    those of the last choice. Times are kept per number of streams."""
     iteration_us: tuple[float, ...]
-    """Per draft length k = 0..n_draft_max: measured time of one iteration (0 = not measured yet)."""
+    """Per draft length k = 0..n_draft_max: measured time of one iteration of ``streams``
+    streams (0 = not measured yet)."""
     expected_tokens_per_s: tuple[float, ...]
-    """Per draft length k: expected committed tokens / iteration time (0 = not measured yet)."""
+    """Per draft length k: expected committed tokens of one stream / iteration time (0 = not measured yet)."""
     choice: int
     """The draft length chosen last."""
     probe_interval: int

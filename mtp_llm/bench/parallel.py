@@ -73,6 +73,7 @@ def run_parallel(
     }
     walls: dict[tuple[DraftLength, int], list[float]] = {(k, n): [] for k in n_drafts for n in levels}
     last: dict[tuple[DraftLength, int], Any] = {}
+    lengths: dict[tuple[DraftLength, int], list[int]] = {}  # iterations per drafted length, over the reps
     for rep in range(warmup + reps):
         for k in n_drafts:
             for n in levels:
@@ -80,6 +81,9 @@ def run_parallel(
                 if rep >= warmup:
                     walls[(k, n)].append(wall)
                     last[(k, n)] = stats
+                    counts = lengths.setdefault((k, n), [0] * len(stats.draft_length_counts))
+                    for i, c in enumerate(stats.draft_length_counts):
+                        counts[i] += c
     rows = []
     for k in n_drafts:
         base = statistics.median(tokens / w for w in walls[(k, 1)]) if 1 in levels else 0.0
@@ -97,6 +101,7 @@ def run_parallel(
                     "ratio_to_one_stream": statistics.median(agg) / base if base else 0.0,
                     "acceptance_rate": stats.acceptance_rate,
                     "mean_calls_per_batch": stats.mean_calls_per_batch,
+                    "draft_length_counts": lengths[(k, n)],
                 }
             )
     first = next(iter(sessions.values()))
@@ -117,14 +122,16 @@ def run_parallel(
 
 def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
-        "| n_draft | streams | aggregate tokens/s (median, min-max) | per stream | x one stream | acceptance | calls per verify |",
-        "|---|---|---|---|---|---|---|",
+        "| n_draft | streams | aggregate tokens/s (median, min-max) | per stream | x one stream | acceptance | calls per verify "
+        "| iterations per drafted length 0..n |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['n_draft']} | {r['streams']} | {r['aggregate_tps']:.1f} ({r['aggregate_tps_min']:.1f}-"
             f"{r['aggregate_tps_max']:.1f}) | {r['per_stream_tps']:.1f} | {r['ratio_to_one_stream']:.2f}x | "
-            f"{r['acceptance_rate']:.3f} | {r['mean_calls_per_batch']:.2f} |"
+            f"{r['acceptance_rate']:.3f} | {r['mean_calls_per_batch']:.2f} | "
+            f"{'/'.join(map(str, r['draft_length_counts']))} |"
         )
     per_slot = ", ".join(f"n_draft={k}: {b / 2**20:.1f} MiB" for k, b in meta["cache_bytes_per_slot"].items())
     lines.append("")

@@ -87,7 +87,7 @@ def test_auto_stats_and_estimates_persist_across_calls(accept100_model: Model) -
     assert sum(second.draft_length_counts[1:]) > second.draft_length_counts[0]
     payload = second.to_dict()
     assert set(payload["draft_controller"]) == {
-        "acceptance", "iteration_us", "expected_tokens_per_s", "choice", "probe_interval"
+        "acceptance", "streams", "iteration_us", "expected_tokens_per_s", "choice", "probe_interval"
     }
     assert len(payload["draft_length_counts"]) == 5
 

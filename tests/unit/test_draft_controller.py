@@ -105,3 +105,50 @@ def test_controller_ignores_a_preempted_iteration() -> None:
     c.observe(2, 2, 10_000_000, 200, False)  # the process was descheduled for 10 s
     assert c.estimates().iteration_us[2] < 1000 + 200 + 0.25 * (2 * 1200)
     assert c.choose(2) == 2
+
+
+def drive_streams(c: _core.DraftController, rounds: int, streams: int, cost_us: Any) -> list[int]:
+    """Rounds of `streams` concurrent streams that accept every draft: each stream's drafts
+    are one acceptance observation, the round's time one cost observation."""
+    chosen = []
+    for _ in range(rounds):
+        k = c.choose(4, streams)
+        chosen.append(k)
+        for _ in range(streams):
+            c.observe_acceptance(k, k)
+        c.observe_cost(k, streams, int(cost_us(k, streams)), int(100 * k * streams), False)
+    return chosen
+
+
+def test_controller_keeps_costs_per_number_of_streams() -> None:
+    """One stream: verify rows are cheap, the longest draft pays (E/T peaks at k=4). Four
+    streams verify 4 x (k + 1) rows, which cost more and more per row: k=1 is best (2 tokens
+    per 1,500 us, against 3 per 2,400 at k=2 and 1 per 1,000 plain). The choice follows the
+    number of streams both ways, and a number seen before needs no new measurement."""
+    def cost(k: int, streams: int) -> float:
+        return 1000 + 150 * k if streams == 1 else 1000 + 300 * k + 200 * k * k
+
+    c = _core.DraftController(4)
+    one = drive_streams(c, 200, 1, cost)
+    assert one[-100:].count(4) >= 85, one[-100:]
+    four = drive_streams(c, 300, 4, cost)
+    assert four[-100:].count(1) >= 85, four[-100:]
+    est = c.estimates()
+    assert est.streams == 4 and est.iteration_us[:3] == pytest.approx([1000, 1500, 2400])
+    again = drive_streams(c, 30, 1, cost)
+    assert again.count(4) >= 25 and 0 not in again, again  # its table was kept: no plain re-measurement
+    assert c.estimates().streams == 1 and c.estimates().iteration_us[4] == pytest.approx(1600)
+
+
+def test_controller_prices_the_shape_a_switch_comes_from_apart() -> None:
+    """A round after a change of the number of streams rebuilds compute graphs: it is not a
+    steady sample of either shape."""
+    c = _core.DraftController(2)
+    cost = lambda k, s: 1000 + 100 * k  # noqa: E731
+    drive_streams(c, 60, 1, cost)
+    before = c.estimates().iteration_us
+    c.choose(2, 2)
+    c.observe_cost(2, 2, 50_000, 200, False)  # first round at 2 streams: graph rebuild
+    c.choose(2, 1)
+    c.observe_cost(2, 1, 50_000, 200, False)  # first round back at 1 stream: the same
+    assert c.estimates().iteration_us == pytest.approx(before)
