@@ -260,7 +260,7 @@ def write_head(head: HeadTensors, out: Path, *, block: int = N_LAYER) -> Path:
 
 HEAD_FILE = Path(__file__).parent / "models" / "smollm2-135m-mtp-head.gguf"
 """The trained head the package ships (``tools/train_smollm2_head``)."""
-HEAD_SHA256 = ""
+HEAD_SHA256 = "866a4152d09c4972d21622e7bcb40ee2ab47d411185015e26c126d3c202246fb"
 """sha256 of :data:`HEAD_FILE`; empty while no trained head is shipped."""
 
 

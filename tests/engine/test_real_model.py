@@ -152,24 +152,53 @@ def test_plain_decoding_is_exact(source: Path, converted: Path) -> None:
     sb.close()
 
 
+@pytest.mark.parametrize("head", ["initial", "shipped"])
 @pytest.mark.parametrize("n_draft", [1, 3])
-def test_mtp_decoding_is_lossless(converted: Path, n_draft: int) -> None:
-    """Greedy MTP decoding with the head equals plain decoding of the same file, token for token, with
-    flash attention on (patch 0009 makes the Q4_1 and Q8_0 matmuls of a verify pass bit-exact). Off, the
-    CPU default, the verify pass's multi-row F16 KQ/KQV matmuls go through tinyBLAS and round differently
-    from the one-row pass, and answers part from plain decoding at near-ties (docs/smollm2.md)."""
-    flash_attn = True
-    model = Model.load(converted)
-    plain = MTP(model, draft_model=None, n_draft=0, n_threads=THREADS, flash_attn=flash_attn)
-    spec = MTP(model, n_draft=n_draft, n_threads=THREADS, flash_attn=flash_attn)
+def test_mtp_decoding_is_lossless(source: Path, n_draft: int, head: str) -> None:
+    """Greedy MTP decoding equals plain decoding of the same file, token for token, with the untrained
+    initial head and with the shipped one (drafts accepted and rejected). Patch 0009 makes the Q4_1 and
+    Q8_0 matmuls of a verify pass bit-exact, and the CPU default of flash attention (on) computes each
+    query row alone; without it the verify pass's multi-row KQ/KQV matmuls round differently from the
+    one-row pass and answers part from plain decoding at near-ties (docs/smollm2.md)."""
+    model = Model.load(smollm2.converted_path(None) if head == "initial" else smollm2.built_in_path())
+    plain = MTP(model, draft_model=None, n_draft=0, n_threads=THREADS)
+    spec = MTP(model, n_draft=n_draft, n_threads=THREADS)
+    assert plain.flash_attn == spec.flash_attn == "on"
     for p in CHAT_PROMPTS[:8]:
         toks = plain.tokenize_prompt(model.apply_chat_template([("user", p)]))
         assert greedy_ids(spec, toks, 64) == greedy_ids(plain, toks, 64)
     st = spec.stats()
     assert st.n_draft == n_draft
     assert st.drafts_generated > 0 and st.drafts_accepted <= st.drafts_generated <= n_draft * st.iters
+    if head == "shipped":
+        assert st.drafts_accepted > 0
     plain.close()
     spec.close()
+
+
+def test_the_built_in_default_is_smollm2_with_the_shipped_head() -> None:
+    from mtp_llm.default_model import default_model_path
+
+    assert smollm2.HEAD_SHA256 and default_model_path() == smollm2.built_in_path()
+    model = Model.load_default()
+    assert model.architecture == "llama" and model.has_mtp_head and model.n_vocab == 49152
+
+
+def test_cli_generate_runs_the_built_in_model() -> None:
+    """What the main job runs (`scripts/main.sh`): a chat question to the built-in model, with MTP."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mtp_llm", "generate", "--chat", "--n-draft", "3", "--threads", str(THREADS),
+         "--max-tokens", "24", "--json", "Why is the sky blue?"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Rayleigh scattering" in proc.stdout
+    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1 :])
+    assert report["stats"]["drafts_generated"] > 0 and report["stats"]["drafts_accepted"] > 0
 
 
 def test_cli_chat_answers(source: Path) -> None:

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("mtp_llm/models/smollm2-135m-mtp-head.gguf"))
     ap.add_argument("--type", choices=("q8_0", "f16"), default="q8_0")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ckpt", type=Path, default=None, help="checkpoint to export (default: WORK/ckpt.pt)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
 
     source = source_path()
     head = Head(initial_tensors(source))
-    ck = torch.load(args.work_dir / "ckpt.pt", map_location="cpu", weights_only=False)
+    ck = torch.load(args.ckpt or args.work_dir / "ckpt.pt", map_location="cpu", weights_only=False)
     head.load_state_dict(ck["head"])
     qtype = gguf.GGMLQuantizationType[args.type.upper()]
     stored = {}

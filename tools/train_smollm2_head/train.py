@@ -10,6 +10,14 @@ from the same hidden states). The softmax runs over the data's tokens (``--vocab
 weights, AdamW, warmup + cosine. Checkpoints ``WORK/ckpt.pt`` every ``--ckpt-every`` steps and at
 the end; a rerun resumes from it (same command). Log: ``WORK/train.log``.
 
+Session 10 additions (continuing a trained head on more data within a fixed wall-clock budget):
+``--run NAME`` keeps a run's files apart (``WORK/ckpt-NAME.pt``, ``train-NAME.log``, ``val-NAME.json``);
+``--init CKPT`` starts a fresh run (new optimizer and schedule) from another run's head weights;
+``--time-budget S`` drives warmup + cosine by elapsed training seconds as well as by steps (whichever is
+further), so the schedule ends on time on a shared, noisy machine; ``--upweight START:W`` samples the
+sequences from index START on W times as often (answers not yet trained on); ``--weight-decay``;
+``--val-draft`` drafts this many steps in the engine-like validation whatever ``--step-weights`` trains.
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/train.py --steps 1500 --threads 2
 """
 
@@ -179,6 +187,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heldout", type=int, default=40,
                     help="validation sequences from hidden-heldout/ (held-out prompts), when it exists")
     ap.add_argument("--reload-every", type=int, default=20, help="steps between looks for new shards")
+    ap.add_argument("--run", type=str, default="", help="run name: WORK/ckpt-NAME.pt, train-NAME.log, val-NAME.json")
+    ap.add_argument("--init", type=Path, default=None, help="fresh run from this checkpoint's head weights")
+    ap.add_argument("--time-budget", type=float, default=0.0,
+                    help="seconds of training; the lr schedule follows max(step/steps, elapsed/budget), then stops")
+    ap.add_argument("--upweight", type=str, default="", help="START:W: sequences from index START sampled W times as often")
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--val-draft", type=int, default=3, help="draft steps of the engine-like validation")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     weights = [float(w) for w in args.step_weights.split(",")]
@@ -188,7 +203,8 @@ def main(argv: list[str] | None = None) -> None:
     from mtp_llm.smollm2 import source_path
 
     work = args.work_dir
-    log = (work / "train.log").open("a")
+    sfx = f"-{args.run}" if args.run else ""
+    log = (work / f"train{sfx}.log").open("a")
 
     def say(msg: str) -> None:
         line = time.strftime("%H:%M:%S ") + msg
@@ -199,21 +215,27 @@ def main(argv: list[str] | None = None) -> None:
     source = source_path()
     E = torch.from_numpy(dequantized(gguf.GGUFReader(str(source)), "token_embd.weight"))
     head = Head(initial_tensors(source))
-    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     step = 0
-    ckpt = work / "ckpt.pt"
+    ckpt = work / f"ckpt{sfx}.pt"
     rng = np.random.default_rng(args.seed)
+    elapsed0 = 0.0  # training seconds before this process (resume)
     if ckpt.exists():
         ck = torch.load(ckpt, map_location="cpu", weights_only=False)
         head.load_state_dict(ck["head"])
         opt.load_state_dict(ck["opt"])
         step = ck["step"]
+        elapsed0 = ck.get("elapsed", 0.0)
         rng = np.random.default_rng([args.seed, step])
         say(f"resumed at step {step}")
+    elif args.init is not None:
+        head.load_state_dict(torch.load(args.init, map_location="cpu", weights_only=False)["head"])
+        say(f"initial head from {args.init}")
 
     def save() -> None:
         tmp = ckpt.with_suffix(".tmp")
-        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args)}, tmp)
+        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args),
+                    "elapsed": elapsed0 + time.time() - t0}, tmp)
         tmp.replace(ckpt)
 
     seqs = load_shards(hidden_dir(work))
@@ -226,18 +248,37 @@ def main(argv: list[str] | None = None) -> None:
     say(f"data vocabulary: {len(vocab[0])} tokens")
     t0 = time.time()
     n_rows = 0
-    while step < args.steps:
+
+    def sample_p(n: int):
+        if not args.upweight:
+            return None
+        start, w = args.upweight.split(":")
+        p = np.ones(n)
+        p[max(int(start) - n_val, 0) :] = float(w)
+        return p / p.sum()
+
+    p_train = sample_p(len(train))
+
+    def progress() -> float:
+        frac = step / args.steps
+        if args.time_budget > 0:
+            frac = max(frac, (elapsed0 + time.time() - t0) / args.time_budget)
+        return min(frac, 1.0)
+
+    while progress() < 1.0:
         if step % args.reload_every == 0:  # pick up shards that hidden.py wrote meanwhile
             more = load_shards(hidden_dir(work))
             if len(more) > len(seqs):
                 seqs = more
                 train = seqs[n_val:]
+                p_train = sample_p(len(train))
                 vocab = data_vocab(seqs, E.shape[0])
                 say(f"{len(train)} train sequences")
-        lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * min(step, args.steps) / args.steps))
+        frac = progress()
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * frac))
         for group in opt.param_groups:
             group["lr"] = max(lr, args.lr * 0.05)
-        idx = rng.choice(len(train), size=args.batch, replace=False)
+        idx = rng.choice(len(train), size=args.batch, replace=False, p=p_train)
         loss, losses, accs, rows = batch_loss(head, E, [train[i] for i in idx], weights, args.max_len,
                                               vocab if args.vocab == "data" else None, args.soft, args.hard)
         opt.zero_grad(set_to_none=True)
@@ -249,21 +290,23 @@ def main(argv: list[str] | None = None) -> None:
         if step % 2 == 0:
             say(f"step {step} loss {' '.join(f'{v:.3f}' for v in losses)} acc {' '.join(f'{a:.3f}' for a in accs)} "
                 f"lr {lr:.2e} {n_rows / (time.time() - t0):.0f} rows/s")
-        if step % args.ckpt_every == 0 or step == args.steps:
+        last = progress() >= 1.0
+        if step % args.ckpt_every == 0 or last:
             save()
-        if step % args.eval_every == 0 or step == args.steps:
+        if step % args.eval_every == 0 or last:
             with torch.no_grad():
                 res = [batch_loss(head, E, val[i : i + 8], weights, args.max_len) for i in range(0, len(val), 8)]
             # (validation: the full 49152-token softmax, as llama.cpp drafts)
             n = sum(r[3] for r in res)
             acc = [sum(r[2][s] * r[3] for r in res) / n for s in range(len(weights))]
             ce = [sum(r[1][s] * r[3] for r in res) / n for s in range(len(weights))]
-            correct = correct_per_step(head, E, val, len(weights))
-            sims = {nd: simulate_engine(correct, [n for _, _, n in val], nd) for nd in (1, len(weights))}
+            nd_max = max(args.val_draft, len(weights))
+            correct = correct_per_step(head, E, val, nd_max)
+            sims = {nd: simulate_engine(correct, [n for _, _, n in val], nd) for nd in sorted({1, nd_max})}
             say(f"VAL step {step} ce {' '.join(f'{v:.3f}' for v in ce)} acc {' '.join(f'{a:.3f}' for a in acc)} "
-                f"| engine-like: n_draft=1 acceptance {sims[1]['acceptance']:.3f}, n_draft={len(weights)} "
-                f"{sims[len(weights)]['tokens_per_verify']:.2f} tokens/verify")
-            (work / "val.json").write_text(json.dumps({"step": step, "ce": ce, "acc": acc, "simulated": sims}) + "\n")
+                f"| engine-like: n_draft=1 acceptance {sims[1]['acceptance']:.3f}, n_draft={nd_max} "
+                f"{sims[nd_max]['tokens_per_verify']:.2f} tokens/verify")
+            (work / f"val{sfx}.json").write_text(json.dumps({"step": step, "ce": ce, "acc": acc, "simulated": sims}) + "\n")
         if time.time() - t0 > args.time_limit:
             save()
             say("time limit reached")

@@ -1,0 +1,59 @@
+"""Held-out validation of a checkpoint, exactly as train.py's VAL lines compute it, without training.
+
+Loads the head from ``--ckpt``, the first ``--heldout`` sequences of ``WORK/hidden-heldout/`` and prints
+the teacher-forced cross-entropy and accuracy per draft step plus the engine-like acceptance
+(``simulate_engine``, which matched the engine within 0.02) at n_draft 1 and ``--draft``. Used to put
+checkpoints of different sessions on the same validation set (session 10: 60 sequences, not 40).
+
+    .venv/bin/python tools/train_smollm2_head/val.py --ckpt build/smollm2_head/ckpt-session9.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gen_data import DEFAULT_WORK, hidden_dir  # noqa: E402
+from head_model import Head  # noqa: E402
+from train import batch_loss, correct_per_step, dequantized, initial_tensors, load_shards, simulate_engine  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work-dir", type=Path, default=DEFAULT_WORK)
+    ap.add_argument("--ckpt", type=Path, required=True)
+    ap.add_argument("--heldout", type=int, default=60)
+    ap.add_argument("--draft", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    import gguf
+
+    from mtp_llm.smollm2 import source_path
+
+    source = source_path()
+    E = torch.from_numpy(dequantized(gguf.GGUFReader(str(source)), "token_embd.weight"))
+    head = Head(initial_tensors(source))
+    ck = torch.load(args.ckpt, map_location="cpu", weights_only=False)
+    head.load_state_dict(ck["head"])
+    val = load_shards(hidden_dir(args.work_dir, "heldout"))[: args.heldout]
+    weights = [1.0] * args.draft
+    with torch.no_grad():
+        res = [batch_loss(head, E, val[i : i + 8], weights, 320) for i in range(0, len(val), 8)]
+    n = sum(r[3] for r in res)
+    acc = [sum(r[2][s] * r[3] for r in res) / n for s in range(args.draft)]
+    ce = [sum(r[1][s] * r[3] for r in res) / n for s in range(args.draft)]
+    correct = correct_per_step(head, E, val, args.draft)
+    sims = {nd: simulate_engine(correct, [p for _, _, p in val], nd) for nd in sorted({1, args.draft})}
+    print(json.dumps({"ckpt": str(args.ckpt), "step": ck["step"], "sequences": len(val), "rows": n,
+                      "ce": ce, "acc": acc, "simulated": sims}))
+
+
+if __name__ == "__main__":
+    main()
