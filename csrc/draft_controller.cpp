@@ -35,12 +35,16 @@ DraftController::DraftController(int32_t n_max)
     costs();
 }
 
-DraftController::Costs & DraftController::costs() {
-    if ((size_t) streams_ > costs_.size()) {
-        costs_.resize((size_t) streams_, Costs{std::vector<double>((size_t) n_max_ + 1, 0.0),
-                                               std::vector<int32_t>((size_t) n_max_ + 1, 0), 0.0});
+DraftController::Costs & DraftController::costs_of(int32_t streams) {
+    if ((size_t) streams > costs_.size()) {
+        costs_.resize((size_t) streams, Costs{std::vector<double>((size_t) n_max_ + 1, 0.0),
+                                              std::vector<int32_t>((size_t) n_max_ + 1, 0), 0.0});
     }
-    return costs_[(size_t) streams_ - 1];
+    return costs_[(size_t) streams - 1];
+}
+
+DraftController::Costs & DraftController::costs() {
+    return costs_of(streams_);
 }
 
 const DraftController::Costs & DraftController::costs() const {
@@ -223,10 +227,7 @@ void DraftController::observe_cost_locked(int32_t drafted, int32_t streams, int6
     if (!steady) {
         return;
     }
-    const int32_t chosen_for = streams_;
-    streams_ = streams;
-    Costs & t = costs();
-    streams_ = chosen_for;
+    Costs & t = costs_of(streams);
     // Times only grow when the machine is busy (preemption, page faults): the
     // first samples keep their minimum, later ones move the average by at most
     // a bounded step.

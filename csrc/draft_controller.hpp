@@ -62,6 +62,7 @@ private:
         std::vector<int32_t> n;
         double head_step_us = 0.0;
     };
+    Costs & costs_of(int32_t streams);  // made on first use (mutex_ held)
     Costs & costs();              // the current number of streams' (mutex_ held)
     const Costs & costs() const;
     void observe_acceptance_locked(int32_t drafted, int32_t accepted);
