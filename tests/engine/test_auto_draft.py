@@ -81,10 +81,11 @@ def test_auto_stats_and_estimates_persist_across_calls(accept100_model: Model) -
                 if type(e) is StatsEvent]
     assert progress[0].draft_controller is not None and progress[0].draft_controller.iteration_us[0] > 0
     second = session.last_stats
-    # Plain iterations now come only from probes of neighbouring lengths (bursts of 3), far
-    # fewer than the first call's measurement and its probes.
-    assert second.draft_length_counts[0] < call.draft_length_counts[0]
-    assert sum(second.draft_length_counts[1:]) > second.draft_length_counts[0]
+    # It drafted, from the acceptance it had learnt. How many plain iterations it ran depends
+    # on the times measured (a busy machine makes drafting look dearer): the policy's use of
+    # what persists is tested on exact costs in tests/unit/test_draft_controller.py.
+    assert sum(second.draft_length_counts[1:]) > 0
+    assert second.draft_controller is not None and second.draft_controller.acceptance[0] > 0.5
     payload = second.to_dict()
     assert set(payload["draft_controller"]) == {
         "acceptance", "streams", "iteration_us", "expected_tokens_per_s", "choice", "probe_interval"
