@@ -113,11 +113,8 @@ void Session::save_state(Slot & s) {
 }
 
 // `to` starts from `from`'s conversation (reuse_prefix then cuts it to what the prompt
-// shares); `from` keeps its own.
+// shares); `from` keeps its own. pick_slot names only a `from` whose cache is valid.
 void Session::copy_state(Slot & from, Slot & to) {
-    if (!from.cache.valid) {
-        return;
-    }
     if (std::optional<PromptCache::Entry> st = capture_state(from)) {
         restore_state(to, *st);
     }

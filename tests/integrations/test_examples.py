@@ -1,8 +1,5 @@
-"""The examples in examples/ run as written on SmolLM2-135M-Instruct (the coming built-in model).
-
-Until its trained head ships they run on the source with the untrained initial head
-(``mtp_llm.smollm2.converted_path()``, via ``MTP_LLM_MODEL``): real answers, MTP on, drafts rarely accepted.
-"""
+"""The examples in examples/ run as written on the built-in model (SmolLM2-135M-Instruct with its
+shipped MTP head)."""
 
 from __future__ import annotations
 
@@ -17,10 +14,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(autouse=True)
-def smollm2(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mtp_llm.smollm2 import converted_path
-
-    monkeypatch.setenv("MTP_LLM_MODEL", str(converted_path()))
+def built_in_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MTP_LLM_MODEL", raising=False)
 
 
 def load(name: str) -> ModuleType:
