@@ -9,7 +9,10 @@ namespace mtp {
 
 namespace {
 
-constexpr size_t kResumeWindow = 32;  // rows the head catches up on after a plain stretch
+// Rows queued in a plain stretch are decoded into the head once this many wait, so the head
+// keeps every row of the sequence (an attention sink and the prompt included) at a cost of one
+// batched head decode per kFlushRows plain tokens.
+constexpr size_t kFlushRows = 64;
 
 }  // namespace
 
@@ -18,7 +21,6 @@ MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, int32_t n_s
       n_embd_(llama_model_n_embd_out(llama_get_model(head))),
       n_vocab_(llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(head)))),
       batch_(head),
-      window_(std::min(kResumeWindow, (size_t) llama_n_batch(head) - 1)),
       p_min_(p_min),
       seqs_((size_t) std::max(1, n_seq)) {
     if (p_min_ > 0.0f) {
@@ -55,13 +57,12 @@ void MtpDrafter::reset(llama_seq_id seq) {
     clear_pending(s);
     s.h_last.assign((size_t) n_embd_, 0.0f);
     s.drafted_from = -1;
-    s.cache_dropped = false;
     s.head_from = 0;
 }
 
 MtpDrafter::Snapshot MtpDrafter::snapshot(llama_seq_id seq) const {
     const Sequence & s = seqs_[seq];
-    return {s.pending_tokens, s.pending_pos, s.pending_h, s.h_last, s.cache_dropped};
+    return {s.pending_tokens, s.pending_pos, s.pending_h, s.h_last};
 }
 
 void MtpDrafter::restore(llama_seq_id seq, const Snapshot & snap) {
@@ -70,7 +71,6 @@ void MtpDrafter::restore(llama_seq_id seq, const Snapshot & snap) {
     s.pending_pos = snap.pos;
     s.pending_h = snap.h;
     s.h_last = snap.h_last;
-    s.cache_dropped = snap.cache_dropped;
     s.drafted_from = -1;
     s.head_from = 0;
 }
@@ -85,8 +85,8 @@ bool MtpDrafter::keep_prefix(llama_seq_id seq, llama_pos n, bool h_valid) {
     }
     s.drafted_from = -1;
     s.head_from = n;
-    const llama_pos head_end = s.cache_dropped ? -1 : llama_memory_seq_pos_max(mem, seq) + 1;
-    const bool covered = !s.cache_dropped && llama_memory_seq_pos_min(mem, seq) <= 0 &&
+    const llama_pos head_end = llama_memory_seq_pos_max(mem, seq) + 1;
+    const bool covered = llama_memory_seq_pos_min(mem, seq) <= 0 &&
                          (s.pending_pos.empty() ? head_end >= n
                                                 : s.pending_pos.front() == head_end && s.pending_pos.back() + 1 == n);
     if (covered && llama_memory_seq_rm(mem, seq, n, -1)) {
@@ -97,7 +97,6 @@ bool MtpDrafter::keep_prefix(llama_seq_id seq, llama_pos n, bool h_valid) {
     }
     llama_memory_seq_rm(mem, seq, -1, -1);
     clear_pending(s);
-    s.cache_dropped = false;
     return false;
 }
 
@@ -107,62 +106,33 @@ float MtpDrafter::draft_probability(int32_t row) {
     return common_sampler_get_candidates(confidence_.get(), true)->data[0].p;
 }
 
-void MtpDrafter::keep_last(Sequence & s, size_t rows) {
-    const size_t n = s.pending_tokens.size();
-    if (n <= rows) {
-        return;
-    }
-    const size_t drop = n - rows;
-    s.pending_tokens.erase(s.pending_tokens.begin(), s.pending_tokens.begin() + drop);
-    s.pending_pos.erase(s.pending_pos.begin(), s.pending_pos.begin() + drop);
-    s.pending_h.erase(s.pending_h.begin(), s.pending_h.begin() + drop * n_embd_);
-    s.cache_dropped = true;
-}
-
 void MtpDrafter::queue(Sequence & s, llama_token token, llama_pos pos, const float * h) {
     s.pending_tokens.push_back(token);
     s.pending_pos.push_back(pos);
     s.pending_h.insert(s.pending_h.end(), h, h + n_embd_);
-    if (s.pending_tokens.size() >= 2 * window_) {
-        keep_last(s, window_);  // amortised: one move per window_ rows
-    }
 }
 
-void MtpDrafter::drop_dropped_cache(llama_seq_id seq) {
-    Sequence & s = seqs_[seq];
-    if (s.cache_dropped) {
-        llama_memory_seq_rm(llama_get_memory(head_), seq, -1, -1);
-        s.cache_dropped = false;
-    }
-}
-
-void MtpDrafter::add_pending(llama_seq_id seq) {
+void MtpDrafter::add_pending(llama_seq_id seq, size_t first, size_t end) {
     const Sequence & s = seqs_[seq];
-    for (size_t i = 0; i < s.pending_tokens.size(); ++i) {
+    for (size_t i = first; i < end; ++i) {
         const int32_t idx = batch_.add(s.pending_tokens[i], s.pending_pos[i], seq, false);
         batch_.set_embd(idx, {s.pending_h.data() + i * n_embd_, 1, (size_t) n_embd_});
     }
 }
 
-void MtpDrafter::defer_prompt(llama_seq_id seq, const common_batch & target_batch) {
+int32_t MtpDrafter::flush(llama_seq_id seq) {
     Sequence & s = seqs_[seq];
-    const int32_t n = target_batch.size();
-    if (n <= 0) {
-        return;
-    }
-    const float * h_target = llama_get_embeddings_nextn(target_);
-    const int32_t first = std::max(0, n - (int32_t) window_);
-    if (first > 0) {
-        clear_pending(s);
-        s.cache_dropped = true;
-    }
-    for (int32_t k = first; k < n; ++k) {
-        if (target_batch.tokens[k].pos[0] >= s.head_from) {
-            queue(s, target_batch.tokens[k].id, target_batch.tokens[k].pos[0],
-                  k == 0 ? s.h_last.data() : h_target + (size_t) (k - 1) * n_embd_);
+    const size_t n = s.pending_tokens.size();
+    const size_t n_batch = (size_t) llama_n_batch(head_);
+    for (size_t first = 0; first < n; first += n_batch) {
+        batch_.clear();
+        add_pending(seq, first, std::min(n, first + n_batch));
+        if (const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get()); rc != 0) {
+            return rc;
         }
     }
-    std::memcpy(s.h_last.data(), h_target + (size_t) (n - 1) * n_embd_, sizeof(float) * n_embd_);
+    clear_pending(s);
+    return 0;
 }
 
 int32_t MtpDrafter::process_prompt(llama_seq_id seq, const common_batch & target_batch) {
@@ -171,14 +141,8 @@ int32_t MtpDrafter::process_prompt(llama_seq_id seq, const common_batch & target
     if (n <= 0) {
         return 0;
     }
-    drop_dropped_cache(seq);
-    if (!s.pending_tokens.empty()) {  // rows kept from a previous generation: their own decode (batch capacity)
-        batch_.clear();
-        add_pending(seq);
-        if (const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get()); rc != 0) {
-            return rc;
-        }
-        clear_pending(s);
+    if (const int32_t rc = flush(seq); rc != 0) {  // rows kept from a previous generation: their own decode
+        return rc;
     }
     const float * h_target = llama_get_embeddings_nextn(target_);
     batch_.clear();
@@ -206,23 +170,17 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
         if (r.n_max <= 0) {
             continue;
         }
-        keep_last(s, window_);
-        drop_dropped_cache(r.seq);
         rows += s.pending_tokens.size() + 1;
     }
     if (rows > (size_t) llama_n_batch(head_)) {
         // Too many catch-up rows for one decode: each sequence's rows go in their own first.
         for (const Request & r : requests) {
-            Sequence & s = seqs_[r.seq];
-            if (r.n_max <= 0 || s.pending_tokens.empty()) {
+            if (r.n_max <= 0) {
                 continue;
             }
-            batch_.clear();
-            add_pending(r.seq);
-            if (const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get()); rc != 0) {
+            if (const int32_t rc = flush(r.seq); rc != 0) {
                 return rc;
             }
-            clear_pending(s);
         }
     }
     batch_.clear();
@@ -231,7 +189,7 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
             continue;
         }
         Sequence & s = seqs_[r.seq];
-        add_pending(r.seq);
+        add_pending(r.seq, 0, s.pending_tokens.size());
         s.row = batch_.add(r.id_last, r.pos, r.seq, true);
         batch_.set_embd(s.row, {s.h_last.data(), 1, (size_t) n_embd_});
     }
@@ -286,7 +244,7 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
     return 0;
 }
 
-void MtpDrafter::accept(llama_seq_id seq, const common_batch & verify_batch, int32_t first_row, size_t n_accepted) {
+int32_t MtpDrafter::accept(llama_seq_id seq, const common_batch & verify_batch, int32_t first_row, size_t n_accepted) {
     Sequence & s = seqs_[seq];
     const float * h_target = llama_get_embeddings_nextn(target_);
     const auto & rows = verify_batch.tokens;
@@ -301,6 +259,7 @@ void MtpDrafter::accept(llama_seq_id seq, const common_batch & verify_batch, int
     }
     std::memcpy(s.h_last.data(), h_target + (first_row + n_accepted) * n_embd_, sizeof(float) * n_embd_);
     s.drafted_from = -1;
+    return s.pending_tokens.size() >= kFlushRows ? flush(seq) : 0;
 }
 
 }  // namespace mtp

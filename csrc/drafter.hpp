@@ -33,7 +33,7 @@ public:
     void reset(llama_seq_id seq);
     // A generation on `seq` that reuses the first `n` positions of the previous one: keep
     // what the head has (or has queued) of them and drop the rest. False when the head
-    // does not cover them all (its cache was dropped in a plain stretch): then it starts
+    // does not cover them all (a restored state without the head's rows): then it starts
     // afresh at position n. `h_valid`: the hidden state kept for the row at n is the
     // target's at n - 1 (the previous generation ended exactly there).
     bool keep_prefix(llama_seq_id seq, llama_pos n, bool h_valid);
@@ -41,9 +41,6 @@ public:
     // its batch): decoded into the head's cache with the hidden state of each previous
     // row. Returns llama_process's code (0 = ok).
     int32_t process_prompt(llama_seq_id seq, const common_batch & target_batch);
-    // The same rows, kept for later instead of decoded now (plain decoding: the
-    // head only needs them once it drafts again).
-    void defer_prompt(llama_seq_id seq, const common_batch & target_batch);
 
     // One sequence's draft: up to n_max tokens following `id_last` at `pos`, appended to `out`.
     struct Request {
@@ -60,8 +57,10 @@ public:
     // The target verified [id_last, drafts...] of `seq` at rows first_row.. of
     // `verify_batch` and accepted the first n_accepted drafts: drop the head's
     // speculative rows and queue the accepted ones (with the target's hidden states)
-    // for the next draft.
-    void accept(llama_seq_id seq, const common_batch & verify_batch, int32_t first_row, size_t n_accepted);
+    // for the next draft. Rows pile up while the sequence decodes plainly: once kFlushRows
+    // wait they are decoded into the head, which so never loses a row. Returns
+    // llama_process's code (0 = ok).
+    int32_t accept(llama_seq_id seq, const common_batch & verify_batch, int32_t first_row, size_t n_accepted);
     // Rows of `seq` waiting for the head's next decode (the catch-up of its next draft).
     size_t pending_rows(llama_seq_id seq) const { return seqs_[seq].pending_tokens.size(); }
 
@@ -71,7 +70,6 @@ public:
         std::vector<llama_token> tokens;
         std::vector<llama_pos> pos;
         std::vector<float> h, h_last;
-        bool cache_dropped = false;
         size_t bytes() const { return tokens.size() * 8 + (h.size() + h_last.size()) * sizeof(float); }
     };
     Snapshot snapshot(llama_seq_id seq) const;
@@ -79,7 +77,6 @@ public:
 
 private:
     struct Sequence {
-        bool cache_dropped = false;  // rows were dropped: clear the head's cache before the next decode
         llama_pos head_from = 0;     // prompt rows before this position are already in the head (or queued)
         // Rows not yet in the head's cache.
         std::vector<llama_token> pending_tokens;
@@ -91,22 +88,16 @@ private:
         int32_t row = -1;              // this draft step's output row in the head's batch
     };
     void queue(Sequence & s, llama_token token, llama_pos pos, const float * h);
-    void keep_last(Sequence & s, size_t rows);
     void clear_pending(Sequence & s);
-    void drop_dropped_cache(llama_seq_id seq);
-    void add_pending(llama_seq_id seq);  // the sequence's pending rows into batch_
+    void add_pending(llama_seq_id seq, size_t first, size_t end);  // pending rows [first, end) into batch_
+    int32_t flush(llama_seq_id seq);  // decodes the sequence's pending rows into the head (batches of n_batch)
     float draft_probability(int32_t row);  // the drafted token's probability as llama.cpp's driver sees it
 
-    // While the target decodes without drafting, the head keeps at most the last
-    // `window_` rows of a sequence to catch up on: a longer plain stretch drops the
-    // head's cache (positions must stay contiguous) and resumes from the window alone,
-    // so drafting again costs one batched decode of at most window_ rows.
     llama_context * target_;
     llama_context * head_;
     int32_t n_embd_ = 0;
     int32_t n_vocab_ = 0;
     common_batch batch_;
-    size_t window_ = 0;
     float p_min_ = 0.0f;
     common_sampler_ptr confidence_;  // only with p_min > 0
     std::vector<Sequence> seqs_;

@@ -24,16 +24,16 @@ public:
 
     const char * name() const override { return "fused"; }
     bool rewinds_reused_prefix() const override { return true; }
-    bool may_defer_prompt() const override { return true; }
+    // The head reads every prompt row: cheap (one block per row), and a head that lacks the
+    // prompt's first rows drafts worse for the whole call.
+    bool may_defer_prompt() const override { return false; }
     bool reads_every_slot() const override { return false; }
 
     void reset(Slot & s) override { drafter_.reset(s.seq); }
     void keep_prefix(Slot & s, llama_pos n, bool h_valid) override { drafter_.keep_prefix(s.seq, n, h_valid); }
 
-    void prompt_chunk(Slot & s, const common_batch & chunk, bool defer) override {
-        if (defer) {
-            drafter_.defer_prompt(s.seq, chunk);
-        } else if (const int32_t rc = drafter_.process_prompt(s.seq, chunk); rc != 0) {
+    void prompt_chunk(Slot & s, const common_batch & chunk, bool) override {
+        if (const int32_t rc = drafter_.process_prompt(s.seq, chunk); rc != 0) {
             head_failed(rc, "process the prompt");
         }
     }
@@ -68,7 +68,10 @@ public:
             if (s->may_draft() && !s->round.must_restore) {
                 ScopedTimer timer(s->round.counters.t_draft_us);
                 // Queued here, decoded with the next draft's first step.
-                drafter_.accept(s->seq, verify_batch, s->round.first_row, s->round.ids.size() - 1);
+                if (const int32_t rc = drafter_.accept(s->seq, verify_batch, s->round.first_row, s->round.ids.size() - 1);
+                    rc != 0) {
+                    head_failed(rc, "catch up");
+                }
             }
         }
     }

