@@ -300,6 +300,12 @@ PYBIND11_MODULE(_core, m) {
        "The trunk's post-norm hidden state of every position of each sequence (head training data).");
 
     // The automatic draft length's policy on its own, for tests that feed it exact costs.
+    py::class_<mtp::ThreadController>(m, "ThreadController")
+        .def(py::init<int32_t>(), py::arg("n_threads"))
+        .def("choose", &mtp::ThreadController::choose)
+        .def("observe", &mtp::ThreadController::observe, py::arg("rows"), py::arg("us"))
+        .def_property_readonly("current", &mtp::ThreadController::current);
+
     py::class_<mtp::DraftController>(m, "DraftController")
         .def(py::init<int32_t>(), py::arg("n_max"))
         .def("choose", &mtp::DraftController::choose, py::arg("limit"), py::arg("streams") = 1)
@@ -326,6 +332,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("n_draft", &mtp::ContextOptions::n_draft)
         .def_readwrite("n_draft_max", &mtp::ContextOptions::n_draft_max)
         .def_readwrite("p_min", &mtp::ContextOptions::p_min)
+        .def_readwrite("adaptive_threads", &mtp::ContextOptions::adaptive_threads)
         .def_readwrite("n_ctx", &mtp::ContextOptions::n_ctx)
         .def_readwrite("n_batch", &mtp::ContextOptions::n_batch)
         .def_readwrite("n_threads", &mtp::ContextOptions::n_threads)

@@ -138,7 +138,7 @@ void Session::speculative_iteration(std::vector<Slot *> & slots) {
 // drafted the same length for it (all on "auto", none forced by a grammar, none
 // waiting for a replay): that is the shape its choice applies to.
 void Session::observe_round_cost(size_t streams) {
-    if (round_observations_.empty() || round_observations_.size() != streams) {
+    if (round_observations_.empty() || round_observations_.size() != streams || round_threads_changed_) {
         return;
     }
     const Slot::Call::Observation & first = round_observations_.front();
@@ -284,6 +284,7 @@ void Session::verify(std::vector<Slot *> & slots) {
     llama_synchronize(ctx_tgt_.get());  // the pass's time is the verify's, on GPU backends too
     const uint64_t us = (uint64_t) (now_us() - t0);
     const uint64_t rows = (uint64_t) batch_.size();
+    threads_.observe((int32_t) rows, (int64_t) us);
     for (Slot * s : slots) {
         s->round.counters.t_verify_us += us * (s->round.draft_tokens.size() + 1) / rows;
     }

@@ -26,6 +26,7 @@ struct ContextOptions {
     int32_t n_batch = 512;
     std::optional<int32_t> n_threads;        // unset = hardware concurrency
     std::optional<int32_t> n_threads_batch;  // unset = n_threads
+    bool adaptive_threads = true;            // fewer threads while the machine is busy (thread_controller.hpp)
     std::optional<bool> flash_attn;          // unset = auto (off on CPU-only builds)
     std::optional<std::string> type_k;       // ggml type name ("f16", "q8_0", ...); unset = f16
     std::optional<std::string> type_v;

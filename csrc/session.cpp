@@ -38,6 +38,7 @@ void Session::create_contexts(const Model * head) {
 
     n_threads_ = cp.n_threads;
     n_threads_batch_ = cp.n_threads_batch;
+    threads_ = ThreadController(opts_.adaptive_threads ? n_threads_ : 1);
     ComputeThreads threads(n_threads_, n_threads_batch_);  // for the probing decodes below
     clear_log();
     ctx_tgt_.reset(llama_init_from_model(target_->get(), cp));
@@ -449,12 +450,19 @@ void Session::fail_round(std::vector<Slot *> & slots, std::exception_ptr e) {
     slots.clear();
 }
 
-void Session::run_round() {
-    ComputeThreads threads(n_threads_, n_threads_batch_);
-    threads.attach(ctx_tgt_.get());
-    if (ctx_dft_) {
-        threads.attach(ctx_dft_.get());
+void Session::use_threads(int32_t n, int32_t n_batch) {
+    const int32_t key = n * 4096 + n_batch;
+    if (key == threads_set_) {
+        return;
     }
+    threads_set_ = key;
+    llama_set_n_threads(ctx_tgt_.get(), n, n_batch);
+    if (ctx_dft_) {
+        llama_set_n_threads(ctx_dft_.get(), n, n_batch);
+    }
+}
+
+void Session::run_round() {
     std::vector<Slot *> & prompting = round_prompting_;
     std::vector<Slot *> & generating = round_generating_;
     prompting.clear();
@@ -475,6 +483,18 @@ void Session::run_round() {
         }
         (s.call.prompt_phase ? prompting : generating).push_back(&s);
     }
+    // The round's thread count (all of them unless the machine is busy), from a pool of
+    // exactly that size: a larger pool's idle workers would spin beside the busy decode.
+    const int32_t n = !opts_.adaptive_threads ? n_threads_ : generating.empty() ? threads_.current() : threads_.choose();
+    const int32_t n_batch = n == n_threads_ ? n_threads_batch_ : n;
+    round_threads_changed_ = n != last_round_threads_ || n != threads_.current();
+    last_round_threads_ = n;
+    ComputeThreads threads(n, n_batch);
+    threads.attach(ctx_tgt_.get());
+    if (ctx_dft_) {
+        threads.attach(ctx_dft_.get());
+    }
+    use_threads(n, n_batch);
     for (Slot * s : prompting) {
         round_slots_.assign(1, s);
         s->cache.valid = false;  // the contexts hold what cache.tokens says only after a whole step

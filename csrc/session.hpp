@@ -26,6 +26,7 @@
 #include "prompt_cache.hpp"
 #include "runtime.hpp"
 #include "slot.hpp"
+#include "thread_controller.hpp"
 
 namespace mtp {
 
@@ -160,6 +161,14 @@ private:
     // round's (all running slots'), and it outlives calls: what it learns persists.
     DraftController controller_;
     std::vector<Slot::Call::Observation> round_observations_;  // this round's completed ones (run_round)
+    // Compute threads of each generation round, fewer when the machine is busy (thread_controller.hpp).
+    ThreadController threads_{1};
+    int32_t threads_set_ = 0;  // the count the contexts are set to (0: their defaults)
+    // This round ran another thread count than the last one, or a probe's: its time is no
+    // steady cost sample for the draft length's controller.
+    bool round_threads_changed_ = false;
+    int32_t last_round_threads_ = 0;
+    void use_threads(int32_t n, int32_t n_batch);
 
     AtomicCounters total_;
 };

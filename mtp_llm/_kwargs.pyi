@@ -16,6 +16,7 @@ class SessionKwargs(TypedDict, total=False):
     n_batch: int
     n_threads: int | None
     n_threads_batch: int | None
+    adaptive_threads: bool
     flash_attn: bool | None
     type_k: str | None
     type_v: str | None

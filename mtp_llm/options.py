@@ -80,6 +80,12 @@ class SessionOptions:
     """Decode threads (None = all cores)."""
     n_threads_batch: int | None = option(None, ge=1)
     """Prompt/verify threads (None = ``n_threads``)."""
+    adaptive_threads: bool = True
+    """Use fewer compute threads while the machine is busy: ggml's threads wait for each other
+    at every step, so one descheduled by another process stalls the rest (a 2-thread decode
+    beside one busy process ran 7x slower than 1 thread on a 2-core machine). The session times
+    its decodes, tries n_threads - 1, half and 1 in short probes, and keeps the fastest; on a quiet
+    machine it stays at ``n_threads``. Output does not depend on the thread count."""
     flash_attn: bool | None = None
     """None = auto: on for a CPU-only build (the only attention path there that keeps
     greedy MTP bit-identical to plain decoding), llama.cpp's choice where a GPU backend
@@ -141,7 +147,7 @@ class SessionOptions:
             raise InvalidOptionError(f"flash_attn must be True, False or None (got {self.flash_attn!r})")
         for name in ("type_k", "type_v"):
             _check_bounds(self, name)
-        for name in ("offload_kqv", "fuse_catch_up", "grammar_drafts", "cache_prompt"):
+        for name in ("adaptive_threads", "offload_kqv", "fuse_catch_up", "grammar_drafts", "cache_prompt"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidOptionError(f"{name} must be a bool (got {getattr(self, name)!r})")
         _check_bounds(self, "rollback")

@@ -96,6 +96,7 @@ def test_engine_spec_is_read_by_field_name() -> None:
         "n_batch": 64,
         "n_threads": 1,
         "n_threads_batch": 2,
+        "adaptive_threads": False,
         "flash_attn": False,
         "type_k": "q8_0",
         "type_v": "f16",

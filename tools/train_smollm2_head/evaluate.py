@@ -31,19 +31,36 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n-draft", type=str, default="1,3")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--draft-ids", type=Path, default=None,
+                    help="int64 .npy of sorted token ids: evaluate the head trimmed to them (the converted model "
+                         "copied by mtp_llm.gguf.draft_vocab.trim_embedded_head into --work-dir; its LM matrix "
+                         "scores only these ids), as the built-in model ships it")
+    ap.add_argument("--work-dir", type=Path, default=Path(__file__).resolve().parents[2] / "build" / "smollm2_head")
     args = ap.parse_args(argv)
 
     from mtp_llm import MTP, Model
     from mtp_llm.smollm2 import converted_path
 
-    model = Model.load(converted_path(args.head), load_mtp=True)
+    path = converted_path(args.head)
+    if args.draft_ids is not None:
+        import numpy as np
+
+        from mtp_llm.gguf.draft_vocab import trim_embedded_head
+
+        keep = np.load(args.draft_ids).astype(np.int64)
+        trimmed = args.work_dir / f"{path.stem}-trim{len(keep)}.gguf"
+        if not trimmed.exists():
+            trim_embedded_head(path, trimmed, keep)
+        path = trimmed
+    model = Model.load(path, load_mtp=True)
     prompts = [model.apply_chat_template([("user", p)]) for p in heldout_prompts(args.prompts)]
     # flash attention on: with it off, greedy MTP on this model still parts from plain decoding on some answers
     # once drafts are accepted (15 of 20 identical with the session-9 head; docs/smollm2.md)
     plain = MTP(model, draft_model=None, n_draft=0, n_threads=args.threads, flash_attn=True)
     ref = [ids(plain, p, args.max_tokens) for p in prompts]
     plain.close()
-    result: dict = {"head": str(args.head), "prompts": len(prompts), "max_tokens": args.max_tokens, "n_draft": {}}
+    result: dict = {"head": str(args.head), "model": str(path),
+                    "draft_ids": str(args.draft_ids) if args.draft_ids else None, "prompts": len(prompts), "max_tokens": args.max_tokens, "n_draft": {}}
     for nd in (int(v) for v in args.n_draft.split(",")):
         s = MTP(model, n_draft=nd, n_threads=args.threads, flash_attn=True)
         same = sum(ids(s, p, args.max_tokens) == r for p, r in zip(prompts, ref))

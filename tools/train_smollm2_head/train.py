@@ -18,6 +18,11 @@ further), so the schedule ends on time on a shared, noisy machine; ``--upweight 
 sequences from index START on W times as often (answers not yet trained on); ``--weight-decay``;
 ``--val-draft`` drafts this many steps in the engine-like validation whatever ``--step-weights`` trains.
 
+Session 11 addition: ``--draft-ids FILE`` (int64 .npy of sorted token ids, e.g. ``WORK/draft-ids-8192.npy``, the
+trimmed draft vocabulary the built-in model ships): the training softmax (hard and soft targets) runs over
+exactly these ids instead of the data's tokens, rows whose answer token is not among them are dropped (a trimmed
+head can never draft it), and validation also reports the engine-like acceptance with the argmax over these ids.
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/train.py --steps 1500 --threads 2
 """
 
@@ -93,6 +98,8 @@ def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len
         lo = max(n_prompt - 1, 0)
         tgt_mask[b, lo : n - 1] = True
     target = torch.cat([x[:, 1:], torch.zeros(B, 1, dtype=torch.long)], dim=1)
+    if vocab is not None:  # a target outside a --draft-ids vocabulary: no draft can be right there
+        tgt_mask &= vocab[1][target] >= 0
     emb = E[x]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         gs = head.steps(emb, h, len(weights))
@@ -120,11 +127,12 @@ def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len
     return total, [l.item() for l in losses], accs, int(tgt_mask.sum())
 
 
-def correct_per_step(head: Head, E: torch.Tensor, seqs, n_steps: int) -> list[np.ndarray]:
+def correct_per_step(head: Head, E: torch.Tensor, seqs, n_steps: int, ids: torch.Tensor | None = None) -> list[np.ndarray]:
     """Per sequence, [n_steps, T] booleans: step s at row i drafts x[i+1] right (full-vocabulary argmax,
-    as llama.cpp drafts), with the earlier steps' inputs teacher forced."""
+    as llama.cpp drafts; ``ids``: the argmax over these token ids only, a trimmed head), with the earlier
+    steps' inputs teacher forced."""
     out = []
-    Eb = E.to(torch.bfloat16)
+    Eb = (E if ids is None else E[ids]).to(torch.bfloat16)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         for toks, hid, _ in seqs:
             x = torch.from_numpy(toks)[None]
@@ -133,6 +141,8 @@ def correct_per_step(head: Head, E: torch.Tensor, seqs, n_steps: int) -> list[np
             rows = []
             for g in gs:
                 pred = (g[0].to(torch.bfloat16) @ Eb.t()).argmax(-1)
+                if ids is not None:
+                    pred = ids[pred]
                 rows.append((pred[:-1] == x[0, 1:]).numpy())
             out.append(np.stack(rows))
     return out
@@ -194,6 +204,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--upweight", type=str, default="", help="START:W: sequences from index START sampled W times as often")
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--val-draft", type=int, default=3, help="draft steps of the engine-like validation")
+    ap.add_argument("--draft-ids", type=Path, default=None,
+                    help="int64 .npy of token ids: softmax over exactly these (the shipped trimmed draft vocabulary)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     weights = [float(w) for w in args.step_weights.split(",")]
@@ -246,6 +258,13 @@ def main(argv: list[str] | None = None) -> None:
     say(f"{len(train)} train / {len(val)} val sequences, {sum(len(t) for t, _, _ in train)} train tokens")
     vocab = data_vocab(seqs, E.shape[0])
     say(f"data vocabulary: {len(vocab[0])} tokens")
+    draft_ids = None
+    if args.draft_ids is not None:
+        draft_ids = torch.from_numpy(np.load(args.draft_ids).astype(np.int64))
+        remap = torch.full((E.shape[0],), -1, dtype=torch.long)
+        remap[draft_ids] = torch.arange(len(draft_ids))
+        vocab = (draft_ids, remap)
+        say(f"softmax over the {len(draft_ids)} ids of {args.draft_ids}")
     t0 = time.time()
     n_rows = 0
 
@@ -272,7 +291,8 @@ def main(argv: list[str] | None = None) -> None:
                 seqs = more
                 train = seqs[n_val:]
                 p_train = sample_p(len(train))
-                vocab = data_vocab(seqs, E.shape[0])
+                if draft_ids is None:
+                    vocab = data_vocab(seqs, E.shape[0])
                 say(f"{len(train)} train sequences")
         frac = progress()
         lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * frac))
@@ -303,10 +323,18 @@ def main(argv: list[str] | None = None) -> None:
             nd_max = max(args.val_draft, len(weights))
             correct = correct_per_step(head, E, val, nd_max)
             sims = {nd: simulate_engine(correct, [n for _, _, n in val], nd) for nd in sorted({1, nd_max})}
+            trim = ""
+            sims_t = None
+            if draft_ids is not None:
+                correct_t = correct_per_step(head, E, val, nd_max, draft_ids)
+                sims_t = {nd: simulate_engine(correct_t, [n for _, _, n in val], nd) for nd in sorted({1, nd_max})}
+                trim = (f" | trimmed: {sims_t[1]['acceptance']:.3f}, "
+                        f"{sims_t[nd_max]['tokens_per_verify']:.2f} tokens/verify")
             say(f"VAL step {step} ce {' '.join(f'{v:.3f}' for v in ce)} acc {' '.join(f'{a:.3f}' for a in acc)} "
                 f"| engine-like: n_draft=1 acceptance {sims[1]['acceptance']:.3f}, n_draft={nd_max} "
-                f"{sims[nd_max]['tokens_per_verify']:.2f} tokens/verify")
-            (work / f"val{sfx}.json").write_text(json.dumps({"step": step, "ce": ce, "acc": acc, "simulated": sims}) + "\n")
+                f"{sims[nd_max]['tokens_per_verify']:.2f} tokens/verify{trim}")
+            (work / f"val{sfx}.json").write_text(json.dumps({"step": step, "ce": ce, "acc": acc, "simulated": sims,
+                                                             "simulated_trimmed": sims_t}) + "\n")
         if time.time() - t0 > args.time_limit:
             save()
             say("time limit reached")

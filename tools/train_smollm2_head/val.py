@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heldout", type=int, default=60)
     ap.add_argument("--draft", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--draft-ids", type=Path, default=None,
+                    help="also the engine-like acceptance of the head trimmed to these ids (int64 .npy)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -51,8 +53,17 @@ def main(argv: list[str] | None = None) -> None:
     ce = [sum(r[1][s] * r[3] for r in res) / n for s in range(args.draft)]
     correct = correct_per_step(head, E, val, args.draft)
     sims = {nd: simulate_engine(correct, [p for _, _, p in val], nd) for nd in sorted({1, args.draft})}
-    print(json.dumps({"ckpt": str(args.ckpt), "step": ck["step"], "sequences": len(val), "rows": n,
-                      "ce": ce, "acc": acc, "simulated": sims}))
+    out = {"ckpt": str(args.ckpt), "step": ck["step"], "sequences": len(val), "rows": n,
+           "ce": ce, "acc": acc, "simulated": sims}
+    if args.draft_ids is not None:
+        import numpy as np
+
+        ids = torch.from_numpy(np.load(args.draft_ids).astype(np.int64))
+        correct_t = correct_per_step(head, E, val, args.draft, ids)
+        out["draft_ids"] = str(args.draft_ids)
+        out["simulated_trimmed"] = {nd: simulate_engine(correct_t, [p for _, _, p in val], nd)
+                                    for nd in sorted({1, args.draft})}
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

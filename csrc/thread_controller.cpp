@@ -1,0 +1,103 @@
+#include "thread_controller.hpp"
+
+#include <algorithm>
+
+namespace mtp {
+
+namespace {
+
+constexpr int32_t kProbeDecodes = 3;     // decodes per probe; the first after a switch is not timed
+constexpr int32_t kProbeMin = 32;        // decodes between probes at first and after a switch
+constexpr int32_t kProbeMax = 2048;      // longest interval between probes...
+constexpr int32_t kProbeMaxReduced = 512; // ...and while fewer threads run (all of them may pay again soon)
+constexpr double kWeight = 0.25;         // weight of a new time in the decayed average
+constexpr double kOutlier = 2.0;         // a time above this multiple of the average counts as this multiple
+constexpr double kSlow = 1.5;            // a decode this much slower than its average...
+constexpr int32_t kSlowRun = 4;          // ...this many times in a row: probe now (the load changed)
+constexpr double kBetter = 0.9;          // another count must be this much faster to take over
+constexpr double kGiveUp = 3.0;          // a probe decode this much slower than the current count's ends the probe
+constexpr int32_t kFirstProbe = 8;       // decodes before the first probe (a busy machine shows at once)
+
+}  // namespace
+
+ThreadController::ThreadController(int32_t n_threads) : since_probe_(kProbeMin - kFirstProbe), interval_(kProbeMin) {
+    const int32_t n = std::max(1, n_threads);
+    for (int32_t c : {n, n - 1, (n + 1) / 2, 1}) {
+        if (c >= 1 && std::find(candidates_.begin(), candidates_.end(), c) == candidates_.end()) {
+            candidates_.push_back(c);
+        }
+    }
+    times_.resize(candidates_.size());
+}
+
+int32_t ThreadController::choose() {
+    if (candidates_.size() == 1) {
+        return candidates_[0];
+    }
+    if (probe_left_ == 0 && (++since_probe_ >= interval_ || slow_run_ >= kSlowRun)) {
+        since_probe_ = 0;
+        slow_run_ = 0;
+        if (current_ != 0 && (try_all_next_ = !try_all_next_)) {
+            trying_ = 0;  // every other probe: all threads, the count a quiet machine wants
+        } else {
+            trying_ = next_try_ == current_ ? (next_try_ + 1) % candidates_.size() : next_try_;
+            next_try_ = (trying_ + 1) % candidates_.size();
+        }
+        probe_left_ = kProbeDecodes;
+        times_[trying_] = Times{};  // timed afresh: the load may have changed since its last probe
+    }
+    return candidates_[probe_left_ > 0 ? trying_ : current_];
+}
+
+void ThreadController::observe(int32_t rows, int64_t us) {
+    if (candidates_.size() == 1 || us <= 0) {
+        return;
+    }
+    const size_t c = probe_left_ > 0 ? trying_ : current_;
+    const int32_t threads = candidates_[c];
+    const bool switched = threads != last_threads_;  // idle workers wake, caches refill: not a steady time
+    last_threads_ = threads;
+    const size_t b = (size_t) std::clamp(rows, 1, kBuckets) - 1;
+    const double x = (double) us;
+    if (c != current_ && times_[current_].n[b] > 0 && x > kGiveUp * times_[current_].us[b]) {
+        probe_left_ = 0;  // far slower, switch or not: one such decode is enough to know
+        interval_ = std::min(2 * interval_, current_ == 0 ? kProbeMax : kProbeMaxReduced);
+        return;
+    }
+    if (!switched) {
+        Times & t = times_[c];
+        if (t.n[b] == 0) {
+            t.us[b] = x;
+        } else {
+            if (c == current_ && probe_left_ == 0) {
+                slow_run_ = x > kSlow * t.us[b] ? slow_run_ + 1 : 0;
+            }
+            t.us[b] += kWeight * (std::min(x, kOutlier * t.us[b]) - t.us[b]);
+        }
+        t.n[b] = std::min(t.n[b] + 1, 1 << 20);
+    }
+    if (probe_left_ > 0 && --probe_left_ == 0) {
+        end_probe();
+    }
+}
+
+// The probed count against the current one, over the batch sizes both have timed.
+void ThreadController::end_probe() {
+    const Times & a = times_[trying_];
+    const Times & b = times_[current_];
+    double probed = 0.0, now = 0.0;
+    for (int32_t i = 0; i < kBuckets; ++i) {
+        if (a.n[i] > 0 && b.n[i] > 0) {
+            probed += a.us[i];
+            now += b.us[i];
+        }
+    }
+    if (now > 0.0 && probed < kBetter * now) {
+        current_ = trying_;
+        interval_ = kProbeMin;
+    } else if (now > 0.0) {
+        interval_ = std::min(2 * interval_, current_ == 0 ? kProbeMax : kProbeMaxReduced);
+    }
+}
+
+}  // namespace mtp

@@ -1,0 +1,51 @@
+// Picks how many compute threads a generation round uses, from the decode times it sees.
+//
+// On a quiet machine all of them are fastest. When other processes compete for the cores
+// (a web server, a build, a notebook beside the model), ggml's threads spin-wait for each
+// other at every node, and one thread descheduled stalls the rest: on a 2-core machine a
+// 2-thread decode beside one busy process ran 7x slower than a 1-thread one. So the
+// session keeps a decayed average of the verify decode's time per thread count and batch
+// size, tries the other counts in short probes at doubling intervals (and at once when
+// decodes turn much slower than usual), and switches when another count is clearly faster.
+// Outputs do not depend on the count (ggml's CPU ops split rows between threads).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace mtp {
+
+class ThreadController {
+public:
+    // n_threads: the session's thread count, the first choice; the others tried are
+    // n - 1, (n + 1) / 2 and 1.
+    explicit ThreadController(int32_t n_threads);
+
+    int32_t choose();                        // threads for the next round's decodes
+    void observe(int32_t rows, int64_t us);  // that round's verify decode: `rows` rows took `us`
+    int32_t current() const { return candidates_[current_]; }  // the count in use outside probes
+
+private:
+    static constexpr int32_t kBuckets = 16;  // batch sizes told apart (larger ones share the last)
+    struct Times {
+        std::array<double, kBuckets> us{};
+        std::array<int32_t, kBuckets> n{};
+    };
+    void end_probe();
+
+    std::vector<int32_t> candidates_;
+    std::vector<Times> times_;
+    std::size_t current_ = 0;
+    std::size_t trying_ = 0;       // the candidate of the running probe
+    std::size_t next_try_ = 1;     // the candidate the next probe tries
+    int32_t probe_left_ = 0;  // decodes left in the running probe
+    bool try_all_next_ = false;  // fewer threads in use: probes alternate all threads and the others
+    int32_t last_threads_ = 0;
+    int32_t since_probe_;
+    int32_t interval_;
+    int32_t slow_run_ = 0;    // consecutive decodes much slower than their average
+};
+
+}  // namespace mtp

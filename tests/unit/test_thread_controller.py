@@ -1,0 +1,55 @@
+"""The adaptive thread count's controller on its own (``adaptive_threads``), fed exact decode
+times: no model is loaded, no machine load is needed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mtp_llm import _core
+
+
+def drive(c: _core.ThreadController, decodes: int, us_of: Callable[[int], float], rows: int = 2) -> list[int]:
+    """Decodes of `rows` rows that take us_of(threads) each; the thread counts used."""
+    used = []
+    for _ in range(decodes):
+        n = c.choose()
+        used.append(n)
+        c.observe(rows, int(us_of(n)))
+    return used
+
+
+QUIET = {4: 1000.0, 3: 1300.0, 2: 1900.0, 1: 3700.0}.__getitem__
+BUSY = {4: 9000.0, 3: 1400.0, 2: 2000.0, 1: 3800.0}.__getitem__  # one busy process: 4 threads stall
+
+
+def test_a_quiet_machine_keeps_every_thread_and_probes_ever_less_often() -> None:
+    c = _core.ThreadController(4)
+    used = drive(c, 5000, QUIET)
+    assert c.current == 4
+    others = [i for i, n in enumerate(used) if n != 4]
+    assert len(others) <= 3 * 9, others  # probes of 3 decodes at doubling intervals (32 .. 2048)
+    assert not [i for i in others if i > 2500 and i < 4000], others
+
+
+def test_a_busy_machine_moves_to_fewer_threads_at_once_and_back_when_it_is_quiet_again() -> None:
+    c = _core.ThreadController(4)
+    used = drive(c, 40, BUSY)
+    assert used[:7] == [4] * 7 and used[7] == 3 and c.current == 3, used  # the first probe: the 8th decode
+    busy = drive(c, 2000, BUSY)
+    assert busy.count(3) > 0.98 * len(busy), busy.count(3)
+    # While fewer threads run, probes come at most every 512 decodes and every other one tries all 4.
+    quiet = drive(c, 1100, QUIET)
+    assert c.current == 4 and quiet[-50:] == [4] * 50
+
+
+def test_a_machine_that_turns_busy_is_noticed_within_a_few_decodes() -> None:
+    c = _core.ThreadController(4)
+    drive(c, 3000, QUIET)  # the interval between probes has grown to its longest
+    assert c.current == 4
+    drive(c, 12, BUSY)  # four decodes 1.5x slower than usual start a probe now
+    assert c.current in (3, 2)
+
+
+def test_one_thread_has_nothing_to_choose() -> None:
+    c = _core.ThreadController(1)
+    assert drive(c, 100, QUIET) == [1] * 100
