@@ -15,7 +15,7 @@ constexpr double kOutlier = 2.0;         // a time above this multiple of the av
 constexpr double kSlow = 1.5;            // a decode this much slower than its average...
 constexpr int32_t kSlowRun = 4;          // ...this many times in a row: probe now (the load changed)
 constexpr double kBetter = 0.9;          // another count must be this much faster to take over
-constexpr double kGiveUp = 3.0;          // a probe decode this much slower than the current count's ends the probe
+constexpr double kGiveUp = 1.5;          // a probe decode this much slower than the current count's ends the probe
 constexpr int32_t kFirstProbe = 8;       // decodes before the first probe (a busy machine shows at once)
 
 }  // namespace
