@@ -14,10 +14,9 @@ import statistics
 from pathlib import Path
 
 from mtp_llm import MTP, Model
+from mtp_llm.bench.common import CHAT_QUESTIONS
 from mtp_llm.default_model import default_model_path
 
-QUESTIONS = ["Why is the sky blue?", "Explain how a rainbow forms.", "What are the benefits of reading books?",
-             "Describe how bread is made."]
 
 
 def sessions_for(label: str, model: Model, threads: int) -> dict[str, MTP]:
@@ -37,7 +36,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=128)
     args = parser.parse_args()
     model = Model.load(default_model_path())
-    prompts = [model.apply_chat_template([("user", q)]) for q in QUESTIONS]
+    prompts = [model.apply_chat_template([("user", q)]) for q in CHAT_QUESTIONS]
     sessions = {"plain": MTP(model, draft_model=None, n_draft=0, n_threads=args.threads)}
     sessions |= sessions_for(f"built-in (vocab {model.draft_vocab_size}), ", model, args.threads)
     if args.head is not None:

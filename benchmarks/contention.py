@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 
-QUESTIONS = ["Why is the sky blue?", "Explain how a rainbow forms."]
 
 
 def busy_processes(n: int) -> list[subprocess.Popen[bytes]]:
@@ -38,10 +37,11 @@ def main() -> int:
     args = parser.parse_args()
 
     from mtp_llm import MTP, Model
+    from mtp_llm.bench.common import CHAT_QUESTIONS
     from mtp_llm.default_model import default_model_path
 
     model = Model.load(args.model or default_model_path())
-    prompts = [model.apply_chat_template([("user", q)]) if model.chat_template else q for q in QUESTIONS]
+    prompts = [model.apply_chat_template([("user", q)]) if model.chat_template else q for q in CHAT_QUESTIONS[:2]]
     sessions: dict[str, MTP] = {}
     for threads in (int(t) for t in args.threads.split(",")):
         for adaptive in ((True, False) if threads > 1 else (False,)):

@@ -299,9 +299,10 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("target"), py::arg("sequences"), py::arg("n_threads") = 0,
        "The trunk's post-norm hidden state of every position of each sequence (head training data).");
 
-    // The automatic draft length's policy on its own, for tests that feed it exact costs.
+    // The adaptive thread count's and the automatic draft length's policies on their own,
+    // for tests that feed them exact times.
     py::class_<mtp::ThreadController>(m, "ThreadController")
-        .def(py::init<int32_t>(), py::arg("n_threads"))
+        .def(py::init<int32_t, bool>(), py::arg("n_threads"), py::arg("adaptive") = true)
         .def("choose", &mtp::ThreadController::choose)
         .def("observe", &mtp::ThreadController::observe, py::arg("rows"), py::arg("us"))
         .def_property_readonly("current", &mtp::ThreadController::current);

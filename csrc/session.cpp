@@ -38,7 +38,7 @@ void Session::create_contexts(const Model * head) {
 
     n_threads_ = cp.n_threads;
     n_threads_batch_ = cp.n_threads_batch;
-    threads_ = ThreadController(opts_.adaptive_threads ? n_threads_ : 1);
+    threads_ = ThreadController(n_threads_, opts_.adaptive_threads);
     ComputeThreads threads(n_threads_, n_threads_batch_);  // for the probing decodes below
     clear_log();
     ctx_tgt_.reset(llama_init_from_model(target_->get(), cp));
@@ -451,11 +451,11 @@ void Session::fail_round(std::vector<Slot *> & slots, std::exception_ptr e) {
 }
 
 void Session::use_threads(int32_t n, int32_t n_batch) {
-    const int32_t key = n * 4096 + n_batch;
-    if (key == threads_set_) {
+    if (n == threads_set_ && n_batch == threads_batch_set_) {
         return;
     }
-    threads_set_ = key;
+    threads_set_ = n;
+    threads_batch_set_ = n_batch;
     llama_set_n_threads(ctx_tgt_.get(), n, n_batch);
     if (ctx_dft_) {
         llama_set_n_threads(ctx_dft_.get(), n, n_batch);
@@ -485,7 +485,7 @@ void Session::run_round() {
     }
     // The round's thread count (all of them unless the machine is busy), from a pool of
     // exactly that size: a larger pool's idle workers would spin beside the busy decode.
-    const int32_t n = !opts_.adaptive_threads ? n_threads_ : generating.empty() ? threads_.current() : threads_.choose();
+    const int32_t n = generating.empty() ? threads_.current() : threads_.choose();
     const int32_t n_batch = n == n_threads_ ? n_threads_batch_ : n;
     round_threads_changed_ = n != last_round_threads_ || n != threads_.current();
     last_round_threads_ = n;

@@ -163,7 +163,7 @@ private:
     std::vector<Slot::Call::Observation> round_observations_;  // this round's completed ones (run_round)
     // Compute threads of each generation round, fewer when the machine is busy (thread_controller.hpp).
     ThreadController threads_{1};
-    int32_t threads_set_ = 0;  // the count the contexts are set to (0: their defaults)
+    int32_t threads_set_ = 0, threads_batch_set_ = 0;  // what the contexts are set to (0: their defaults)
     // This round ran another thread count than the last one, or a probe's: its time is no
     // steady cost sample for the draft length's controller.
     bool round_threads_changed_ = false;

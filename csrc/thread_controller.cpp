@@ -20,9 +20,10 @@ constexpr int32_t kFirstProbe = 8;       // decodes before the first probe (a bu
 
 }  // namespace
 
-ThreadController::ThreadController(int32_t n_threads) : since_probe_(kProbeMin - kFirstProbe), interval_(kProbeMin) {
+ThreadController::ThreadController(int32_t n_threads, bool adaptive)
+    : since_probe_(kProbeMin - kFirstProbe), interval_(kProbeMin) {
     const int32_t n = std::max(1, n_threads);
-    for (int32_t c : {n, n - 1, (n + 1) / 2, 1}) {
+    for (int32_t c : {n, adaptive ? n - 1 : n, adaptive ? (n + 1) / 2 : n, adaptive ? 1 : n}) {
         if (c >= 1 && std::find(candidates_.begin(), candidates_.end(), c) == candidates_.end()) {
             candidates_.push_back(c);
         }

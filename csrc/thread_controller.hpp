@@ -19,9 +19,9 @@ namespace mtp {
 
 class ThreadController {
 public:
-    // n_threads: the session's thread count, the first choice; the others tried are
-    // n - 1, (n + 1) / 2 and 1.
-    explicit ThreadController(int32_t n_threads);
+    // n_threads: the session's thread count, the first choice; the others tried
+    // (`adaptive`) are n - 1, (n + 1) / 2 and 1. Not adaptive: always n_threads.
+    explicit ThreadController(int32_t n_threads, bool adaptive = true);
 
     int32_t choose();                        // threads for the next round's decodes
     void observe(int32_t rows, int64_t us);  // that round's verify decode: `rows` rows took `us`

@@ -18,6 +18,15 @@ DEFAULT_PROMPTS = [
 ]
 
 
+# Chat questions the built-in model's head never saw in training (benchmarks on the real model).
+CHAT_QUESTIONS = [
+    "Why is the sky blue?",
+    "Explain how a rainbow forms.",
+    "What are the benefits of reading books?",
+    "Describe how bread is made.",
+]
+
+
 # A synthetic model's continuation depends only on the prompt's last token (it walks a fixed
 # token cycle from there), so its prompts end in distinct tokens: each walks its own stretch.
 SYNTHETIC_PROMPTS = [f"Synthetic model, walk {c}" for c in "abcdefghijklmnop"]

@@ -23,9 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .. import _core
+from .common import CHAT_QUESTIONS
 
-QUESTIONS = ["Why is the sky blue?", "Explain how a rainbow forms.", "What are the benefits of reading books?",
-             "Describe how bread is made."]
 
 
 def record(out: Path, tokens: int, threads: int) -> None:
@@ -36,14 +35,14 @@ def record(out: Path, tokens: int, threads: int) -> None:
     model = Model.load_default()
     plain = MTP(model, n_draft=0, draft_model=None, n_threads=threads)
     traces = []
-    for question in QUESTIONS:
+    for question in CHAT_QUESTIONS:
         prompt = model.tokenize(model.apply_chat_template([("user", question)]))
         answer = [e.id for e in plain.stream_events(prompt, max_tokens=tokens, temp=0) if isinstance(e, TokenEvent)]
         seq = prompt + answer
         head = forward_with_head(model, seq, n_threads=threads)["head_logits"].argmax(-1)
         # Head row i pairs token i with the trunk's state at i - 1: it drafts token i + 1.
         traces.append("".join("1" if head[i] == seq[i + 1] else "0" for i in range(len(prompt), len(seq) - 1)))
-    out.write_text(json.dumps({"model": "built-in (SmolLM2-135M-Instruct, trimmed head)", "questions": QUESTIONS,
+    out.write_text(json.dumps({"model": "built-in (SmolLM2-135M-Instruct, trimmed head)", "questions": CHAT_QUESTIONS,
                                "first_draft_accepted": traces}, indent=1) + "\n")
 
 

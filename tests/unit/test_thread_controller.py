@@ -53,3 +53,8 @@ def test_a_machine_that_turns_busy_is_noticed_within_a_few_decodes() -> None:
 def test_one_thread_has_nothing_to_choose() -> None:
     c = _core.ThreadController(1)
     assert drive(c, 100, QUIET) == [1] * 100
+
+
+def test_a_session_without_adaptive_threads_keeps_its_count() -> None:
+    c = _core.ThreadController(4, adaptive=False)
+    assert drive(c, 100, BUSY) == [4] * 100 and c.current == 4
