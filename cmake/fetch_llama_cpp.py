@@ -38,6 +38,8 @@ PATCHES: dict[str, str] = {
     "0007-mtp-draft-vocab.patch": "060ed55cac7c045e157fa93a757be5cd5572d574c4d5f7a798eea4e704bc8e6e",
     "0009-small-batch-exact.patch": "ad71d1c59479a65d02e7a3331d51919c8c46f596dbe41f65ed62d2f41f0d79c4",
     "0010-small-batch-f32-exact.patch": "5a7b45918a5f3dab1cd1f71c0912189a1f18d3a9e015144354e90950ffa503b1",
+    "0011-grammar-clone.patch": "0d02e1ca6f4ccd61ea7a8b86c95545e54a9c05fb494af495001d9d6d22120d25",
+    "0012-flash-attn-row-invariant.patch": "f1e29a2884bb6f9dc46c465f6e67cba4ae29bb23e69925f93aee78dc1ade38ef",
 }
 STAMP = ".mtp_llm_patches"
 

@@ -33,9 +33,6 @@ public:
     // "fused" or "upstream" (Session.mtp_driver).
     virtual const char * name() const = 0;
 
-    // A reused prompt prefix keeps one token less than it shares, decoded again for the
-    // hidden state the head pairs with the next row.
-    virtual bool rewinds_reused_prefix() const = 0;
     // The head may keep the prompt's rows for later instead of reading them now (a call
     // expected to decode plainly).
     virtual bool may_defer_prompt() const = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "draft_grammar.hpp"
 #include "llama-ext.h"
 
 namespace mtp {
@@ -13,15 +14,21 @@ namespace {
 // keeps every row of the sequence (an attention sink and the prompt included) at a cost of one
 // batched head decode per kFlushRows plain tokens.
 constexpr size_t kFlushRows = 64;
+// Memory for the target's hidden states kept per sequence (MtpDrafter::Sequence::hidden): every
+// position of the context where it fits (SmolLM2: 2.3 KB a position), else the last ones.
+constexpr size_t kHiddenBytes = (size_t) 8 << 20;
 
 }  // namespace
 
 MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, int32_t n_seq, float p_min)
     : target_(target), head_(head),
       n_embd_(llama_model_n_embd_out(llama_get_model(head))),
-      n_vocab_(llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(head)))),
+      vocab_(llama_model_get_vocab(llama_get_model(head))),
+      n_vocab_(llama_vocab_n_tokens(vocab_)),
       batch_(head),
       p_min_(p_min),
+      hidden_rows_((llama_pos) std::max<size_t>(1, std::min<size_t>(llama_n_ctx(target),
+                                                                     kHiddenBytes / (sizeof(float) * (size_t) n_embd_)))),
       seqs_((size_t) std::max(1, n_seq)) {
     if (p_min_ > 0.0f) {
         common_params_sampling sp;  // llama.cpp's draft-mtp sampler: top 10, probabilities among them
@@ -58,6 +65,18 @@ void MtpDrafter::reset(llama_seq_id seq) {
     s.h_last.assign((size_t) n_embd_, 0.0f);
     s.drafted_from = -1;
     s.head_from = 0;
+    s.hidden.resize((size_t) hidden_rows_ * n_embd_);
+    s.hidden_end = 0;
+}
+
+void MtpDrafter::remember(Sequence & s, llama_pos pos, const float * h) {
+    std::memcpy(s.hidden.data() + (size_t) (pos % hidden_rows_) * n_embd_, h, sizeof(float) * n_embd_);
+    s.hidden_end = pos + 1;
+}
+
+bool MtpDrafter::has_hidden(llama_seq_id seq, llama_pos pos) const {
+    const Sequence & s = seqs_[seq];
+    return pos >= 0 && pos < s.hidden_end && pos >= s.hidden_end - hidden_rows_;
 }
 
 MtpDrafter::Snapshot MtpDrafter::snapshot(llama_seq_id seq) const {
@@ -71,6 +90,7 @@ void MtpDrafter::restore(llama_seq_id seq, const Snapshot & snap) {
     s.pending_pos = snap.pos;
     s.pending_h = snap.h;
     s.h_last = snap.h_last;
+    s.hidden_end = 0;
     s.drafted_from = -1;
     s.head_from = 0;
 }
@@ -89,10 +109,19 @@ bool MtpDrafter::keep_prefix(llama_seq_id seq, llama_pos n, bool h_valid) {
     const bool covered = llama_memory_seq_pos_min(mem, seq) <= 0 &&
                          (s.pending_pos.empty() ? head_end >= n
                                                 : s.pending_pos.front() == head_end && s.pending_pos.back() + 1 == n);
-    if (covered && llama_memory_seq_rm(mem, seq, n, -1)) {
-        if (!h_valid) {
-            s.h_last.assign((size_t) n_embd_, 0.0f);  // replaced by the re-decoded row n - 1
+    if (!h_valid) {
+        // The target's row n - 1 is never decoded again for it: that would round it differently
+        // from the batch it was first decoded in, and output would part from plain decoding.
+        // Where it is no longer kept, the head's row n goes without (its drafts there suffer).
+        if (has_hidden(seq, n - 1)) {
+            std::memcpy(s.h_last.data(), s.hidden.data() + (size_t) ((n - 1) % hidden_rows_) * n_embd_,
+                        sizeof(float) * n_embd_);
+        } else {
+            s.h_last.assign((size_t) n_embd_, 0.0f);
         }
+    }
+    s.hidden_end = std::min(s.hidden_end, n);
+    if (covered && llama_memory_seq_rm(mem, seq, n, -1)) {
         return true;
     }
     llama_memory_seq_rm(mem, seq, -1, -1);
@@ -145,6 +174,9 @@ int32_t MtpDrafter::process_prompt(llama_seq_id seq, const common_batch & target
         return rc;
     }
     const float * h_target = llama_get_embeddings_nextn(target_);
+    for (int32_t k = 0; k < n; ++k) {
+        remember(s, target_batch.tokens[k].pos[0], h_target + (size_t) k * n_embd_);
+    }
     batch_.clear();
     for (int32_t k = 0; k < n; ++k) {
         if (target_batch.tokens[k].pos[0] < s.head_from) {
@@ -216,11 +248,23 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
             const int32_t row = s.row;
             s.row = -1;
             const float * logits = llama_get_logits_ith(head_, row);
-            const llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
-            if (confidence_ && draft_probability(row) < p_min_) {
+            const llama_token id = r.grammar ? r.grammar->best_allowed(logits, n_vocab_)
+                                             : (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
+            if (id < 0 || (confidence_ && draft_probability(row) < p_min_)) {
                 continue;
             }
             r.out->push_back(id);
+            if (r.grammar) {
+                if (llama_vocab_is_eog(vocab_, id)) {
+                    continue;
+                }
+                r.grammar->accept(id);
+                const size_t room = (size_t) std::max<int32_t>(0, r.room - (int32_t) r.out->size());
+                if (const size_t n = r.grammar->append_forced(room, *r.out); n > 0) {
+                    *r.n_forced += (int32_t) n;
+                    continue;
+                }
+            }
             if ((int32_t) r.out->size() >= r.n_max) {
                 continue;
             }
@@ -256,6 +300,9 @@ int32_t MtpDrafter::accept(llama_seq_id seq, const common_batch & verify_batch, 
     }
     for (size_t i = 1; i <= n_accepted; ++i) {
         queue(s, rows[first_row + i].id, rows[first_row + i].pos[0], h_target + (first_row + i - 1) * n_embd_);
+    }
+    for (size_t i = 0; i <= n_accepted; ++i) {
+        remember(s, rows[first_row + i].pos[0], h_target + (first_row + i) * n_embd_);
     }
     std::memcpy(s.h_last.data(), h_target + (first_row + n_accepted) * n_embd_, sizeof(float) * n_embd_);
     s.drafted_from = -1;

@@ -17,6 +17,8 @@
 
 namespace mtp {
 
+class DraftGrammar;
+
 class MtpDrafter {
 public:
     // n_seq: the sequences the contexts hold (one per parallel slot). p_min: stop
@@ -35,7 +37,8 @@ public:
     // what the head has (or has queued) of them and drop the rest. False when the head
     // does not cover them all (a restored state without the head's rows): then it starts
     // afresh at position n. `h_valid`: the hidden state kept for the row at n is the
-    // target's at n - 1 (the previous generation ended exactly there).
+    // target's at n - 1 (the previous generation ended exactly there); otherwise it is
+    // taken from the hidden states kept of the last positions, or zero beyond them.
     bool keep_prefix(llama_seq_id seq, llama_pos n, bool h_valid);
     // Rows the target just decoded (a prompt chunk of `seq`, positions in order, alone in
     // its batch): decoded into the head's cache with the hidden state of each previous
@@ -43,12 +46,19 @@ public:
     int32_t process_prompt(llama_seq_id seq, const common_batch & target_batch);
 
     // One sequence's draft: up to n_max tokens following `id_last` at `pos`, appended to `out`.
+    // With a `grammar` (the call's, copied at its current state), each drafted token is the
+    // head's best among those the grammar allows, and text the grammar forces after a drafted
+    // token is appended as is (up to `room` tokens in all; counted in `n_forced`), which ends
+    // the draft.
     struct Request {
         llama_seq_id seq;
         llama_token id_last;
         llama_pos pos;
         int32_t n_max;
         std::vector<llama_token> * out;
+        DraftGrammar * grammar = nullptr;
+        int32_t room = 0;
+        int32_t * n_forced = nullptr;
     };
     // Drafts for every request at once: each draft step is one head decode over all the
     // sequences still drafting, and the pending catch-up rows ride in the first one.
@@ -84,10 +94,17 @@ private:
         std::vector<float> pending_h;  // [rows, n_embd]
         std::vector<float> h_last;     // pairs with the next id_last
         std::vector<float> h_step;     // the head's own state between draft steps
+        // The target's hidden states of the last hidden_rows_ committed positions (row
+        // pos % hidden_rows_), valid below hidden_end: the head's row that follows a reused
+        // prefix pairs with one of them (keep_prefix). Not saved with the prompt cache.
+        std::vector<float> hidden;
+        llama_pos hidden_end = 0;
         llama_pos drafted_from = -1;   // position of the last draft's first row, -1 if none
         int32_t row = -1;              // this draft step's output row in the head's batch
     };
     void queue(Sequence & s, llama_token token, llama_pos pos, const float * h);
+    void remember(Sequence & s, llama_pos pos, const float * h);
+    bool has_hidden(llama_seq_id seq, llama_pos pos) const;
     void clear_pending(Sequence & s);
     void add_pending(llama_seq_id seq, size_t first, size_t end);  // pending rows [first, end) into batch_
     int32_t flush(llama_seq_id seq);  // decodes the sequence's pending rows into the head (batches of n_batch)
@@ -96,9 +113,11 @@ private:
     llama_context * target_;
     llama_context * head_;
     int32_t n_embd_ = 0;
+    const llama_vocab * vocab_;
     int32_t n_vocab_ = 0;
     common_batch batch_;
     float p_min_ = 0.0f;
+    llama_pos hidden_rows_;  // positions of hidden states kept per sequence
     common_sampler_ptr confidence_;  // only with p_min > 0
     std::vector<Sequence> seqs_;
 };

@@ -23,7 +23,6 @@ public:
         : drafter_(target, head, opts.n_parallel, opts.p_min), n_draft_max_(longest_draft(opts)) {}
 
     const char * name() const override { return "fused"; }
-    bool rewinds_reused_prefix() const override { return true; }
     // The head reads every prompt row: cheap (one block per row), and a head that lacks the
     // prompt's first rows drafts worse for the whole call.
     bool may_defer_prompt() const override { return false; }
@@ -44,7 +43,9 @@ public:
         for (Slot * s : slots) {
             if (s->round.n_max > 0) {
                 s->round.resumed = drafter_.pending_rows(s->seq) > (size_t) n_draft_max_ + 1;
-                requests_.push_back({s->seq, s->cache.id_last, s->cache.n_past, s->round.n_max, &s->round.draft_tokens});
+                Slot::Round & r = s->round;
+                requests_.push_back({s->seq, s->cache.id_last, s->cache.n_past, r.n_max, &r.draft_tokens,
+                                     r.grammar ? &r.grammar : nullptr, r.forced_room, &r.n_forced});
             }
         }
         if (requests_.empty()) {

@@ -1,8 +1,10 @@
-// Grammar-forced drafts (jump-forward as drafts): where a call's grammar admits exactly one
-// continuation for the next characters (a JSON key, punctuation, the rest of an enum value),
-// those characters, tokenized, are the draft: no head pass. The target verifies them like
-// any draft, so a tokenization it would not choose is simply rejected and output stays the
-// target's. Elsewhere the head drafts as usual; the head follows every verified row either way.
+// Grammar-aware drafting. Where a call's grammar admits exactly one continuation for the
+// next characters (a JSON key, punctuation, the rest of an enum value), those characters,
+// tokenized as the target writes them (ForcedTokenizer), are the draft: no head pass
+// (jump-forward as drafts). Elsewhere the head drafts among the tokens the grammar allows,
+// and text the grammar forces after a drafted token ends the draft (MtpDrafter). The target
+// verifies every draft as usual, so a tokenization it would not choose is simply rejected
+// and output stays the target's; the head follows every verified row either way.
 #include <algorithm>
 #include <memory>
 
@@ -20,10 +22,9 @@ constexpr size_t kMaxForcedBytes = 128;
 class GrammarDrafts final : public DraftSource {
 public:
     GrammarDrafts(std::unique_ptr<DraftSource> head, const llama_vocab * vocab)
-        : head_(std::move(head)), vocab_(vocab) {}
+        : head_(std::move(head)), tokenizer_(vocab) {}
 
     const char * name() const override { return head_->name(); }
-    bool rewinds_reused_prefix() const override { return head_->rewinds_reused_prefix(); }
     bool may_defer_prompt() const override { return head_->may_defer_prompt(); }
     bool reads_every_slot() const override { return head_->reads_every_slot(); }
     void reset(Slot & s) override { head_->reset(s); }
@@ -35,20 +36,23 @@ public:
         for (Slot * s : slots) {
             Slot::Round & r = s->round;
             r.n_forced = 0;
-            if (r.room <= 0 || r.is_replay || !s->call.has_grammar) {
+            r.grammar.clear();
+            if (r.forced_room <= 0 || r.is_replay || !s->call.has_grammar) {
                 continue;
             }
             ScopedTimer timer(r.counters.t_draft_us);
             const std::string text = common_sampler_forced_text(s->call.sampler.get(), kMaxForcedBytes);
             if (text.empty()) {
+                if (r.n_max > 0) {
+                    r.grammar.reset(s->call.sampler.get(), &tokenizer_, s->cache.id_last);  // the head drafts what the grammar allows
+                }
                 continue;
             }
-            tokens_ = common_tokenize(vocab_, text, /*add_special=*/false, /*parse_special=*/false);
-            const size_t n = std::min(tokens_.size(), (size_t) r.room);
+            r.draft_tokens.clear();
+            const size_t n = tokenizer_.tokenize(text, s->cache.id_last, (size_t) r.forced_room, r.draft_tokens);
             if (n == 0) {
                 continue;
             }
-            r.draft_tokens.assign(tokens_.begin(), tokens_.begin() + (ptrdiff_t) n);
             r.n_forced = (int32_t) n;
             r.n_max = 0;  // the head does not draft for this slot in this iteration
         }
@@ -58,15 +62,19 @@ public:
     void catch_up(const std::vector<Slot *> & slots, const common_batch & verify_batch) override {
         head_->catch_up(slots, verify_batch);
     }
-    void accept(Slot & s, size_t n_accepted) override { head_->accept(s, n_accepted); }
+    void accept(Slot & s, size_t n_accepted) override {
+        if (s.round.n_forced > 0 && !s.round.is_replay) {
+            tokenizer_.learn(s.cache.id_last, s.round.draft_tokens, (size_t) s.round.n_forced, s.round.ids);
+        }
+        head_->accept(s, n_accepted);
+    }
     std::shared_ptr<const DraftSnapshot> save(const Slot & s) const override { return head_->save(s); }
     void restore(Slot & s, const DraftSnapshot * snapshot) override { head_->restore(s, snapshot); }
     void print_stats(const Counters & total) const override { head_->print_stats(total); }
 
 private:
     std::unique_ptr<DraftSource> head_;
-    const llama_vocab * vocab_;
-    llama_tokens tokens_;  // kept: nothing is allocated per step once it has grown
+    ForcedTokenizer tokenizer_;
 };
 
 }  // namespace

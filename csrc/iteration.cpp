@@ -171,7 +171,8 @@ void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
         c.drafts_generated = n_draft;
         c.drafts_accepted = n_accepted;
         c.drafts_forced = (uint64_t) r.n_forced;
-        c.drafts_forced_accepted = std::min((uint64_t) r.n_forced, (uint64_t) n_accepted);
+        const size_t head_drafts = n_draft - (size_t) r.n_forced;  // the forced drafts come last
+        c.drafts_forced_accepted = n_accepted > head_drafts ? n_accepted - head_drafts : 0;
         for (size_t i = 0; i < n_draft && i < (size_t) kMaxDraftPositions; ++i) {
             c.drafted_at[i] = 1;
             c.accepted_at[i] = i < n_accepted ? 1 : 0;
@@ -212,9 +213,8 @@ void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
     sl.cache.valid = true;
 }
 
-int32_t Session::draft_room(const Slot & s) const {
-    return std::max(0, std::min({n_ctx_slot() - s.cache.n_past - 2, s.call.max_tokens - s.call.produced - 1,
-                                 s.call.active_n_draft.load(std::memory_order_relaxed)}));
+int32_t Session::draft_room(const Slot & s, int32_t longest) const {
+    return std::max(0, std::min({n_ctx_slot() - s.cache.n_past - 2, s.call.max_tokens - s.call.produced - 1, longest}));
 }
 
 // Asks the draft source for up to the chosen number of tokens for each slot, then
@@ -224,6 +224,7 @@ void Session::draft(std::vector<Slot *> & slots) {
     for (Slot * s : slots) {
         Slot::Round & r = s->round;
         r.room = 0;
+        r.forced_room = 0;
         r.n_max = 0;
         r.n_forced = 0;
         if (r.is_replay) {
@@ -231,7 +232,9 @@ void Session::draft(std::vector<Slot *> & slots) {
         }
         r.draft_tokens.clear();
         if (drafting(*s)) {
-            r.room = draft_room(*s);
+            const int32_t n_draft = s->call.active_n_draft.load(std::memory_order_relaxed);
+            r.room = draft_room(*s, n_draft);
+            r.forced_room = draft_room(*s, n_draft > 0 ? std::max(n_draft, longest_forced_) : 0);
             r.n_max = r.room;
             auto_room = s->call.auto_draft ? std::max(auto_room, r.n_max) : auto_room;
         }

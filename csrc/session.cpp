@@ -54,6 +54,12 @@ void Session::create_contexts(const Model * head) {
                                            std::to_string(llama_n_batch(ctx_tgt_.get())) + ": raise n_ctx or n_batch");
     }
     rollback_.target = common_context_can_seq_rm(ctx_tgt_.get());
+    // Recurrent state is kept for n_draft rows only; elsewhere forced drafts may be longer.
+    const llama_model * tm = target_->get();
+    longest_forced_ = llama_model_is_recurrent(tm) || llama_model_is_hybrid(tm)
+                          ? n_draft
+                          : std::min(std::max(n_draft, kMaxForcedDrafts),
+                                     (int32_t) llama_n_batch(ctx_tgt_.get()) / std::max(1, opts_.n_parallel) - 1);
     batch_ = common_batch(ctx_tgt_.get());
     if (head == nullptr) {
         return;

@@ -89,7 +89,8 @@ private:
     bool drafting(const Slot & s) const { return source_ && s.may_draft(); }
     // The head reads this slot's rows: it may draft, or the source reads every slot's.
     bool feeds_head(const Slot & s) const { return drafting(s) || (source_ && source_->reads_every_slot()); }
-    int32_t draft_room(const Slot & s) const;  // the longest draft the context and max_tokens leave room for
+    // The longest draft the context and max_tokens leave room for, at most `longest`.
+    int32_t draft_room(const Slot & s, int32_t longest) const;
     bool checkpoints_target() const { return rollback_.checkpoints_target(); }
     bool target_rolls_back() const { return rollback_.target == COMMON_CONTEXT_SEQ_RM_TYPE_PART; }
     static void check_deadline(const Slot & s);
@@ -138,6 +139,7 @@ private:
 
     // Declaration order = reverse teardown order.
     int32_t n_threads_ = 1, n_threads_batch_ = 1;  // the compute threads each round leases
+    int32_t longest_forced_ = 0;  // the longest draft of grammar-forced tokens (kMaxForcedDrafts where it fits)
     llama_context_ptr ctx_tgt_;
     llama_context_ptr ctx_dft_;
     std::unique_ptr<DraftSource> source_;  // null for plain decoding

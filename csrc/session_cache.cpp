@@ -21,8 +21,9 @@ size_t common_prefix(const llama_tokens & held, const std::vector<int32_t> & pro
 
 // Keeps the longest prefix the contexts share with `prompt` (all but its last token,
 // which the first verify pass decodes). Returns the position prompt processing starts
-// at: the reused length, or one less where the draft source needs the last reused token
-// decoded again for the hidden state it pairs with the next row; 0 = nothing reused.
+// at: the reused length; 0 = nothing reused. No reused row is decoded again (its KV would
+// round differently from the batch it was first decoded in, and output would part from
+// plain decoding's).
 size_t Session::reuse_prefix(Slot & s, const std::vector<int32_t> & prompt) {
     s.cache.reused = 0;
     if (!s.cache.valid) {
@@ -34,8 +35,7 @@ size_t Session::reuse_prefix(Slot & s, const std::vector<int32_t> & prompt) {
     // cannot roll back). A recurrent target refuses a partial removal
     // (llama_memory_seq_rm returns false): recompute.
     const bool exact = n > 0 && n == (size_t) s.cache.n_past;
-    const bool rewind = source_ && source_->rewinds_reused_prefix();
-    const size_t start = exact || !rewind ? n : n > 1 ? n - 1 : 0;
+    const size_t start = n;
     if (start == 0 || !llama_memory_seq_rm(llama_get_memory(ctx_tgt_.get()), s.seq, (llama_pos) start, -1)) {
         return 0;
     }

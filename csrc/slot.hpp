@@ -16,10 +16,15 @@
 
 #include "common.h"
 #include "counters.hpp"
+#include "draft_grammar.hpp"
 #include "sampling.h"
 #include "text.hpp"
 
 namespace mtp {
+
+// Drafts a grammar forces cost no head pass and are nearly always right, so a draft may
+// hold this many of them whatever the call's n_draft (which bounds the head's drafts).
+constexpr int32_t kMaxForcedDrafts = 8;
 
 // A token's log-probability under the target (logprobs) and the most likely tokens' (top_logprobs).
 struct TokenLogprobs {
@@ -105,8 +110,10 @@ struct Slot {
         bool resumed = false;       // the head resumed after a plain stretch (the controller prices it)
         bool must_restore = false;  // partial acceptance on a target without in-place rollback
         int32_t room = 0;           // the longest draft there is room for (context, max_tokens, n_draft)
+        int32_t forced_room = 0;    // the same for drafts the grammar forces (at least kMaxForcedDrafts)
         int32_t n_max = 0;          // the longest draft asked of the head
-        int32_t n_forced = 0;       // drafts the grammar forced (no head pass)
+        int32_t n_forced = 0;       // drafts the grammar forced (no head pass): the draft's last ones
+        DraftGrammar grammar;       // the call's grammar following the head's draft (when it constrains it)
         int32_t first_row = 0;      // its rows in the verify batch
         std::vector<llama_token> ids;  // the target's tokens: the accepted drafts plus one
         std::vector<TokenLogprobs> logprobs;  // of each of `ids`, when the call asked

@@ -30,7 +30,6 @@ public:
     }
 
     const char * name() const override { return "upstream"; }
-    bool rewinds_reused_prefix() const override { return false; }
     // The driver may leave a sequence's head behind in plain stretches with one slot only:
     // its catch-up reads the target's last batch, which holds every slot's rows.
     bool may_defer_prompt() const override { return head_may_lag_; }

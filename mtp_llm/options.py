@@ -116,11 +116,14 @@ class SessionOptions:
     where it applies: single-head models whose caches roll back in place. False,
     or elsewhere: llama.cpp's common_speculative draft-mtp driver."""
     grammar_drafts: bool = True
-    """Where a call's grammar (``grammar``, a JSON schema, a forced tool call) admits only one
-    continuation for the next characters (keys, punctuation, the rest of an enum value), draft
-    those characters as they are, without a head pass (jump-forward as drafts; up to the
-    call's longest draft per iteration). The target verifies them like any draft: output is
-    unchanged. With the fused driver (``fuse_catch_up``); counted in ``drafts_forced``."""
+    """Grammar-aware drafting under a call's grammar (``grammar``, a JSON schema, a forced tool
+    call): where the grammar admits only one continuation for the next characters (keys,
+    punctuation, the rest of an enum value), those characters are drafted without a head pass
+    (jump-forward as drafts; up to 8 a pass whatever ``n_draft``, which bounds the head's
+    drafts), spelt as the model writes them (learnt per session from the drafts it rejects);
+    elsewhere the head drafts among the tokens the grammar allows, and text forced after its
+    draft extends it. The target verifies every draft as usual: output is unchanged. With the
+    fused driver (``fuse_catch_up``); counted in ``drafts_forced``."""
     n_parallel: int = option(1, ge=1, le=MAX_PARALLEL)
     """Generations that run at once on this session (slots): each call takes a free slot
     (the one whose cached prefix matches its prompt best) and every step drafts and

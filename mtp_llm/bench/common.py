@@ -27,6 +27,50 @@ CHAT_QUESTIONS = [
 ]
 
 
+# Tools for the tool-call benchmarks and tests on the built-in model (OpenAI function shapes):
+# enums, integers, a number, a boolean and free strings.
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather and forecast for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "enum": ["Paris", "London", "Tokyo", "New York"]},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        },
+        "required": ["city", "unit", "days"],
+    },
+}
+SEARCH = {
+    "name": "search_books",
+    "description": "Search a library catalogue",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": 20},
+            "available_only": {"type": "boolean"},
+        },
+        "required": ["query", "max_results", "available_only"],
+    },
+}
+CONVERT = {
+    "name": "convert_currency",
+    "description": "Convert an amount between currencies",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "amount": {"type": "number"},
+            "from_currency": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY"]},
+            "to_currency": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY"]},
+        },
+        "required": ["amount", "from_currency", "to_currency"],
+    },
+}
+EXAMPLE_TOOLS = [{"type": "function", "function": f} for f in (WEATHER, SEARCH, CONVERT)]
+
+
 # A synthetic model's continuation depends only on the prompt's last token (it walks a fixed
 # token cycle from there), so its prompts end in distinct tokens: each walks its own stretch.
 SYNTHETIC_PROMPTS = [f"Synthetic model, walk {c}" for c in "abcdefghijklmnop"]

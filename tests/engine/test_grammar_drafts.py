@@ -37,20 +37,22 @@ def token_ids(session: MTP, prompt: str, **opts: object) -> list[int]:
 
 @pytest.mark.parametrize("model_name", ["random", "accept100"])
 def test_a_fully_forced_answer_is_drafted_by_the_grammar_with_exact_stats(tiny_paths, model_name: str) -> None:
-    """16 forced characters, n_draft 4: passes draft 4, 4, 4 and 1 forced tokens; each is
-    accepted and the target adds one token per pass (the last one end-of-generation)."""
+    """16 forced characters, n_draft 4: the grammar's drafts are not the head's, so a pass takes up
+    to 8 of them whatever n_draft (kMaxForcedDrafts): passes draft 8 and 7 forced tokens; each is
+    accepted and the target adds one token per pass (the last one end-of-generation). The length
+    counts stop at n_draft: both passes fall in its last bucket."""
     model = Model.load(tiny_paths[model_name])
     session = make_session(model, n_draft=4)
     text = session.generate("Hello", max_tokens=32, temp=0, grammar=LITERAL_GRAMMAR)
     assert text == LITERAL
     stats = session.last_stats
     assert stats is not None
-    assert (stats.iters, stats.drafts_forced, stats.drafts_forced_accepted) == (4, 13, 13)
-    assert (stats.drafts_generated, stats.drafts_accepted) == (13, 13)
+    assert (stats.iters, stats.drafts_forced, stats.drafts_forced_accepted) == (2, 15, 15)
+    assert (stats.drafts_generated, stats.drafts_accepted) == (15, 15)
     assert stats.tokens_emitted == len(LITERAL) + 1  # and the end-of-generation token
-    assert stats.mean_accepted_length == pytest.approx(1 + 13 / 4)
+    assert stats.mean_accepted_length == pytest.approx(1 + 15 / 2)
     assert stats.head_acceptance_rate == 0.0
-    assert stats.draft_length_counts == (0, 1, 0, 0, 3)
+    assert stats.draft_length_counts == (0, 0, 0, 0, 2)
 
 
 def test_grammar_drafts_off_leaves_the_head_drafting(random_model: Model) -> None:
@@ -88,8 +90,9 @@ def test_schema_output_takes_few_passes_per_token(random_model: Model) -> None:
     for prompt in PROMPTS:
         session.generate(prompt, max_tokens=80, temp=0, grammar=grammar)
     stats = session.stats()
-    assert stats.mean_accepted_length >= 3.0, stats.summary()
-    assert stats.drafts_forced_accepted / stats.drafts_forced >= 0.9, stats.summary()
+    assert stats.mean_accepted_length >= 6.0, stats.summary()  # measured 7.06 (3.0 before forced tails)
+    # Forced text after a head draft rides in its draft and falls with it when the head is wrong.
+    assert stats.drafts_forced_accepted / stats.drafts_forced >= 0.8, stats.summary()
 
 
 def test_parallel_calls_draft_their_own_forced_text(random_model: Model) -> None:
@@ -133,8 +136,11 @@ def test_sampled_output_under_a_grammar_follows_the_target_distribution(tiny_pat
         for token in ids[3::3]:  # letters after the first, which is sampled before any draft
             counts[SAMPLING_TOKENS.index(token)] += 1
     stats = spec.stats()
-    assert stats.drafts_forced > 0 and stats.drafts_forced_accepted == stats.drafts_forced
-    assert stats.drafts_generated > stats.drafts_forced  # the head drafted the letters
+    head_drafts = stats.drafts_generated - stats.drafts_forced
+    head_rejected = head_drafts - (stats.drafts_accepted - stats.drafts_forced_accepted)
+    assert stats.drafts_forced > 0 and head_drafts > 0  # the head drafted the letters, the grammar the "xy"
+    # A forced "xy" follows the head's letter in the same draft: it is rejected only with that letter.
+    assert stats.drafts_forced - stats.drafts_forced_accepted <= 2 * head_rejected
     chi2 = sum((c - sum(counts) * p) ** 2 / (sum(counts) * p) for c, p in zip(counts, target))
     assert chi2 < CHI2_CRITICAL_DF2, (counts, target)
     biased = [target[0] + 0.05, target[1] - 0.03, target[2] - 0.02]

@@ -1,0 +1,150 @@
+"""Grammar-aware drafting on the built-in model: tool calls, JSON-schema answers and free text.
+
+    chrt -f 50 .venv/bin/python benchmarks/structured_speed.py [--threads 2] [--reps 3] [--out DIR]
+
+Three configurations, interleaved per prompt, all greedy and under the same grammar: plain decoding,
+MTP without grammar-aware drafting (``grammar_drafts=False``: the head drafts alone) and the default
+(``n_draft="auto"``, grammar-aware drafting on). Workloads: forced tool calls through the chat layer
+(``ChatFormat.turn(..., tool_choice="required")``), answers constrained by a JSON schema
+(``json_schema_grammar``), and free chat text (no grammar: grammar-aware drafting must change nothing).
+Every repetition starts fresh sessions (what a session learns of the model's tokenization of forced
+text starts from nothing each time); one warm-up repetition is not counted; medians of the per-call
+tokens/s. Outputs must equal plain decoding's. Results go to DIR/structured_speed.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
+from pathlib import Path
+from typing import Any
+
+from mtp_llm import MTP, Model
+from mtp_llm.bench.common import CHAT_QUESTIONS, EXAMPLE_TOOLS
+from mtp_llm.chat import chat_format, json_schema_grammar
+from mtp_llm.default_model import default_model_path
+from mtp_llm.options import GenerationOptions
+
+TOOL_QUESTIONS = [
+    "What's the weather in Paris for the next 3 days, in celsius?",
+    "Find me up to 5 books about gardening that are available now.",
+    "How many yen is 250 US dollars?",
+    "Will it rain in London this week? Use fahrenheit.",
+]
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "occupation": {"type": "string"},
+        "skills": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+        "employed": {"type": "boolean"},
+    },
+    "required": ["name", "age", "occupation", "skills", "employed"],
+    "additionalProperties": False,
+}
+JSON_QUESTIONS = [
+    "Describe a fictional software engineer as JSON.",
+    "Make up a chef character and give their profile as JSON.",
+    "Give the profile of a retired teacher as JSON.",
+    "Create a JSON profile for a young musician.",
+]
+CONFIGS: dict[str, dict[str, Any]] = {
+    "plain": {"draft_model": None, "n_draft": 0},
+    "MTP, head only": {"grammar_drafts": False},
+    "MTP, grammar-aware (default)": {},
+}
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def workloads(model: Model, max_tokens: int) -> dict[str, list[tuple[str, GenerationOptions]]]:
+    """(prompt, options) per workload."""
+    base = GenerationOptions(max_tokens=max_tokens, temp=0.0)
+    chat = chat_format(model)
+    tool_calls = []
+    for question in TOOL_QUESTIONS:
+        turn = chat.turn([{"role": "user", "content": question}], tools=EXAMPLE_TOOLS, tool_choice="required")
+        tool_calls.append((turn.prompt, turn.options(base)))
+    schema = dataclasses.replace(base, grammar=json_schema_grammar(PERSON))
+    answers = [(model.apply_chat_template([("user", q)]), schema) for q in JSON_QUESTIONS]
+    free = [(model.apply_chat_template([("user", q)]), base) for q in CHAT_QUESTIONS]
+    return {"tool calls": tool_calls, "JSON schema": answers, "free text": free}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/structured_speed"))
+    args = parser.parse_args()
+    model = Model.load(default_model_path())
+    loads = workloads(model, args.max_tokens)
+    speed: dict[tuple[str, str], list[float]] = {}
+    totals: dict[tuple[str, str], dict[str, float]] = {}
+    outputs: dict[tuple[str, str], list[str]] = {}
+    for rep in range(args.reps + 1):
+        sessions = {name: MTP(model, n_threads=args.threads, **opts) for name, opts in CONFIGS.items()}
+        for load, items in loads.items():
+            for prompt, options in items:
+                for name, session in sessions.items():
+                    text = session.generate(prompt, options=options)
+                    key = (load, name)
+                    if rep == 0:
+                        outputs.setdefault(key, []).append(text)
+                        continue
+                    st = session.last_stats
+                    speed.setdefault(key, []).append(st.tokens_per_sec)
+                    t = totals.setdefault(key, {"tokens": 0, "iters": 0, "forced": 0, "forced_ok": 0, "drafts": 0, "ok": 0})
+                    t["tokens"] += st.tokens_emitted
+                    t["iters"] += st.iters
+                    t["forced"] += st.drafts_forced
+                    t["forced_ok"] += st.drafts_forced_accepted
+                    t["drafts"] += st.drafts_generated - st.drafts_forced
+                    t["ok"] += st.drafts_accepted - st.drafts_forced_accepted
+        for session in sessions.values():
+            session.close()
+    for load, items in loads.items():
+        for name in CONFIGS:
+            assert outputs[(load, name)] == outputs[(load, "plain")], f"{load}: {name} differs from plain decoding"
+        for text, (_, options) in zip(outputs[(load, "plain")], items):
+            if options.grammar is not None:
+                json.loads(text)
+
+    header = (f"Built-in model ({model.path.name}), {args.threads} thread(s), 4 prompts per workload, "
+              f"{args.max_tokens} tokens max, greedy, median of {args.reps} interleaved repetitions; CPU: {cpu_name()}")
+    lines = [header, "", "| workload | configuration | tokens/s | x plain | x head only | tokens / verify | "
+             "forced drafts (accepted) | head drafts (accepted) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = []
+    for load in loads:
+        base = statistics.median(speed[(load, "plain")])
+        head = statistics.median(speed[(load, "MTP, head only")])
+        for name in CONFIGS:
+            tps = statistics.median(speed[(load, name)])
+            t = totals[(load, name)]
+            row = {"workload": load, "config": name, "tokens_per_sec": tps, "x_plain": tps / base, "x_head_only": tps / head,
+                   "tokens_per_verify": t["tokens"] / t["iters"], **t}
+            rows.append(row)
+            lines.append(f"| {load} | {name} | {tps:.1f} | {tps / base:.3f} | {tps / head:.3f} | "
+                         f"{row['tokens_per_verify']:.2f} | {t['forced']:.0f} ({t['forced_ok']:.0f}) | {t['drafts']:.0f} ({t['ok']:.0f}) |")
+    lines += ["", "First tool call (identical in every configuration): `" + outputs[("tool calls", "plain")][0] + "`",
+              "First JSON answer: `" + outputs[("JSON schema", "plain")][0] + "`"]
+    text = "\n".join(lines)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "structured_speed.md").write_text(text + "\n")
+    (args.out / "structured_speed.json").write_text(json.dumps({"header": header, "rows": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
