@@ -7,8 +7,8 @@ MTP without grammar-aware drafting (``grammar_drafts=False``: the head drafts al
 (``n_draft="auto"``, grammar-aware drafting on). Workloads: forced tool calls through the chat layer
 (``ChatFormat.turn(..., tool_choice="required")``), answers constrained by a JSON schema
 (``json_schema_grammar``), and free chat text (no grammar: grammar-aware drafting must change nothing).
-Every repetition starts fresh sessions (what a session learns of the model's tokenization of forced
-text starts from nothing each time); one warm-up repetition is not counted; medians of the per-call
+Every repetition starts fresh sessions for each workload (what a session learns of the model's
+spelling of forced text starts from nothing each time); one warm-up repetition is not counted; medians of the per-call
 tokens/s. Outputs must equal plain decoding's. Results go to DIR/structured_speed.{md,json}.
 """
 
@@ -37,10 +37,10 @@ TOOL_QUESTIONS = [
 PERSON = {
     "type": "object",
     "properties": {
-        "name": {"type": "string"},
+        "name": {"type": "string", "maxLength": 32},
         "age": {"type": "integer", "minimum": 0, "maximum": 150},
-        "occupation": {"type": "string"},
-        "skills": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+        "occupation": {"type": "string", "maxLength": 32},
+        "skills": {"type": "array", "items": {"type": "string", "maxLength": 24}, "minItems": 1, "maxItems": 3},
         "employed": {"type": "boolean"},
     },
     "required": ["name", "age", "occupation", "skills", "employed"],
@@ -93,8 +93,10 @@ def main() -> int:
     totals: dict[tuple[str, str], dict[str, float]] = {}
     outputs: dict[tuple[str, str], list[str]] = {}
     for rep in range(args.reps + 1):
-        sessions = {name: MTP(model, n_threads=args.threads, **opts) for name, opts in CONFIGS.items()}
         for load, items in loads.items():
+            # Fresh sessions per workload: what the automatic length learns under one workload's
+            # grammar is not carried into the next.
+            sessions = {name: MTP(model, n_threads=args.threads, **opts) for name, opts in CONFIGS.items()}
             for prompt, options in items:
                 for name, session in sessions.items():
                     text = session.generate(prompt, options=options)
@@ -111,8 +113,8 @@ def main() -> int:
                     t["forced_ok"] += st.drafts_forced_accepted
                     t["drafts"] += st.drafts_generated - st.drafts_forced
                     t["ok"] += st.drafts_accepted - st.drafts_forced_accepted
-        for session in sessions.values():
-            session.close()
+            for session in sessions.values():
+                session.close()
     for load, items in loads.items():
         for name in CONFIGS:
             assert outputs[(load, name)] == outputs[(load, "plain")], f"{load}: {name} differs from plain decoding"
