@@ -22,9 +22,11 @@
 
 namespace mtp {
 
-// Drafts a grammar forces cost no head pass and are nearly always right, so a draft may
-// hold this many of them whatever the call's n_draft (which bounds the head's drafts).
-constexpr int32_t kMaxForcedDrafts = 8;
+// Drafts a grammar forces cost no head pass, so a draft may hold this many of them whatever
+// the call's n_draft (which bounds the head's drafts): a verify pass then stays within the 8
+// rows ggml's small-batch kernel covers (patch 0001; a 9-row pass of the built-in model cost
+// 6.5 one-row passes against 4.1 for 8 rows on an Intel Xeon, `mtp-llm bench --costs`).
+constexpr int32_t kMaxForcedDrafts = 7;
 
 // A token's log-probability under the target (logprobs) and the most likely tokens' (top_logprobs).
 struct TokenLogprobs {

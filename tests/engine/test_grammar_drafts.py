@@ -38,21 +38,22 @@ def token_ids(session: MTP, prompt: str, **opts: object) -> list[int]:
 @pytest.mark.parametrize("model_name", ["random", "accept100"])
 def test_a_fully_forced_answer_is_drafted_by_the_grammar_with_exact_stats(tiny_paths, model_name: str) -> None:
     """16 forced characters, n_draft 4: the grammar's drafts are not the head's, so a pass takes up
-    to 8 of them whatever n_draft (kMaxForcedDrafts): passes draft 8 and 7 forced tokens; each is
-    accepted and the target adds one token per pass (the last one end-of-generation). The length
-    counts stop at n_draft: both passes fall in its last bucket."""
+    to 7 of them whatever n_draft (kMaxForcedDrafts): passes draft 7 and 7 forced tokens and the
+    target adds one token to each; then the head drafts among what the grammar allows, which is
+    only end-of-generation, and it is accepted. The length counts stop at n_draft: the two forced
+    passes fall in its last bucket."""
     model = Model.load(tiny_paths[model_name])
     session = make_session(model, n_draft=4)
     text = session.generate("Hello", max_tokens=32, temp=0, grammar=LITERAL_GRAMMAR)
     assert text == LITERAL
     stats = session.last_stats
     assert stats is not None
-    assert (stats.iters, stats.drafts_forced, stats.drafts_forced_accepted) == (2, 15, 15)
+    assert (stats.iters, stats.drafts_forced, stats.drafts_forced_accepted) == (3, 14, 14)
     assert (stats.drafts_generated, stats.drafts_accepted) == (15, 15)
     assert stats.tokens_emitted == len(LITERAL) + 1  # and the end-of-generation token
-    assert stats.mean_accepted_length == pytest.approx(1 + 15 / 2)
-    assert stats.head_acceptance_rate == 0.0
-    assert stats.draft_length_counts == (0, 0, 0, 0, 2)
+    assert stats.mean_accepted_length == pytest.approx(1 + 15 / 3)
+    assert stats.head_acceptance_rate == 1.0
+    assert stats.draft_length_counts == (0, 1, 0, 0, 2)
 
 
 def test_grammar_drafts_off_leaves_the_head_drafting(random_model: Model) -> None:

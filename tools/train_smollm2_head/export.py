@@ -6,6 +6,9 @@ the converted model's head computes what PyTorch computes (``mtp_llm.parity.forw
 on a held-out sequence: max |logit difference|, argmax agreement).
 
     .venv/bin/python tools/train_smollm2_head/export.py --out mtp_llm/models/smollm2-135m-mtp-head.gguf
+
+``--draft-ids FILE`` (session 12) writes the file as the package ships it: with the trimmed draft vocabulary as
+``d2t`` (``mtp_llm.smollm2.write_head(..., draft_ids=)``), and the check compares the logits of those ids only.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--type", choices=("q8_0", "f16"), default="q8_0")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ckpt", type=Path, default=None, help="checkpoint to export (default: WORK/ckpt.pt)")
+    ap.add_argument("--draft-ids", type=Path, default=None,
+                    help="int64 .npy of token ids: store them as the head's d2t (the shipped, trimmed head)")
     args = ap.parse_args(argv)
+    keep = np.load(args.draft_ids).astype(np.int64) if args.draft_ids is not None else None
     torch.set_num_threads(args.threads)
 
     import gguf
@@ -51,8 +57,9 @@ def main(argv: list[str] | None = None) -> None:
             stored[name] = (qtype, arr.astype(np.float16))
         else:
             stored[name] = (qtype, gguf.quants.quantize(arr, qtype))
-    write_head(stored, args.out)
-    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB) from step {ck['step']}")
+    write_head(stored, args.out, draft_ids=keep)
+    trim = f", d2t of {len(keep)} ids" if keep is not None else ""
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB{trim}) from step {ck['step']}")
 
     # llama.cpp vs PyTorch on one sequence (the head as stored: dequantize what was written)
     from mtp_llm import Model
@@ -69,8 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         g = ref.steps(E[torch.tensor([toks])], torch.from_numpy(out["trunk_hidden"])[None], 1)[0][0]
         logits = (g @ E.t()).numpy()
-    diff = np.abs(logits - out["head_logits"]).max()
-    agree = float((logits.argmax(-1) == out["head_logits"].argmax(-1)).mean())
+    theirs = out["head_logits"]
+    if keep is not None:  # a trimmed head scores only its d2t ids (the others are -inf)
+        logits, theirs = logits[:, keep], theirs[:, keep]
+    diff = np.abs(logits - theirs).max()
+    agree = float((logits.argmax(-1) == theirs.argmax(-1)).mean())
     print(f"llama.cpp vs PyTorch head logits on {len(toks)} tokens: max |diff| {diff:.4f}, argmax agreement {agree:.3f}")
 
 

@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_data import DEFAULT_WORK  # noqa: E402
 
 
-def q8_0_copy(source: Path, out: Path) -> Path:
+def q8_0_copy(source: Path, out: Path, to: str = "q8_0") -> Path:
+    """``to``: q8_0 (default), f16 or bf16 (session 12: hidden-state speed probe)."""
     import gguf
 
     from mtp_llm.gguf.common import written_atomically
@@ -40,8 +41,12 @@ def q8_0_copy(source: Path, out: Path) -> Path:
         for t in reader.tensors:
             data, qtype = np.asarray(t.data), t.tensor_type
             if qtype == gguf.GGMLQuantizationType.Q4_1:
-                data = gguf.quants.quantize(gguf.quants.dequantize(data, qtype), gguf.GGMLQuantizationType.Q8_0)
-                qtype = gguf.GGMLQuantizationType.Q8_0
+                f32 = gguf.quants.dequantize(data, qtype)
+                if to == "f16":
+                    data, qtype = f32.astype(np.float16), gguf.GGMLQuantizationType.F16
+                else:
+                    qtype = gguf.GGMLQuantizationType[to.upper()]
+                    data = gguf.quants.quantize(f32, qtype)
             tensors.append((t.name, qtype, data))
         for name, qtype, data in tensors:
             writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=qtype)
@@ -57,12 +62,13 @@ def q8_0_copy(source: Path, out: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work-dir", type=Path, default=DEFAULT_WORK)
+    ap.add_argument("--type", choices=("q8_0", "f16", "bf16"), default="q8_0")
     args = ap.parse_args(argv)
     from mtp_llm.smollm2 import source_path
 
-    out = args.work_dir / "SmolLM2-135M-Instruct.Q8_0.gguf"
+    out = args.work_dir / f"SmolLM2-135M-Instruct.{args.type.upper()}.gguf"
     if not out.exists():
-        q8_0_copy(source_path(), out)
+        q8_0_copy(source_path(), out, args.type)
     print(out)
 
 
