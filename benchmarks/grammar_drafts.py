@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 from pathlib import Path
 
 from mtp_llm import MTP, Model
+from mtp_llm.bench.common import cpu_name
 from mtp_llm.chat import json_schema_grammar
 
 SCHEMA = {
@@ -48,12 +48,6 @@ CONFIGS = {
     "auto, head only": {"grammar_drafts": False},
 }
 
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

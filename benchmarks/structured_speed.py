@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import statistics
 from pathlib import Path
 from typing import Any
 
 from mtp_llm import MTP, Model
-from mtp_llm.bench.common import CHAT_QUESTIONS, EXAMPLE_TOOLS
+from mtp_llm.bench.common import CHAT_QUESTIONS, EXAMPLE_TOOLS, cpu_name
 from mtp_llm.chat import chat_format, json_schema_grammar
 from mtp_llm.default_model import default_model_path
 from mtp_llm.options import GenerationOptions
@@ -58,12 +57,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "MTP, grammar-aware (default)": {},
 }
 
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def workloads(model: Model, max_tokens: int) -> dict[str, list[tuple[str, GenerationOptions]]]:

@@ -9,8 +9,6 @@ namespace mtp {
 
 namespace {
 
-// Characters of forced text looked at per draft step (more than the longest draft takes).
-constexpr size_t kMaxForcedBytes = 128;
 // Learnt splits kept per session (each is one rejected forced draft; a bound, not a budget).
 constexpr size_t kMaxSplits = 4096;
 constexpr int kMaxSplitDepth = 4;

@@ -17,6 +17,9 @@
 
 namespace mtp {
 
+// Characters of forced text looked at per draft (more than the longest draft takes).
+constexpr size_t kMaxForcedBytes = 128;
+
 // Tokens for text a grammar forces, as the target writes it. llama.cpp's tokenizer gives
 // the shortest tokenization, but a model often spells the same text otherwise (SmolLM2
 // writes compact JSON's `":"` as `":` `"`, having learnt JSON with spaces), and each such

@@ -41,9 +41,9 @@ public:
     void draft(const std::vector<Slot *> & slots, const common_batch &) override {
         requests_.clear();
         for (Slot * s : slots) {
-            if (s->round.n_max > 0) {
-                s->round.resumed = drafter_.pending_rows(s->seq) > (size_t) n_draft_max_ + 1;
-                Slot::Round & r = s->round;
+            Slot::Round & r = s->round;
+            if (r.n_max > 0) {
+                r.resumed = drafter_.pending_rows(s->seq) > (size_t) n_draft_max_ + 1;
                 requests_.push_back({s->seq, s->cache.id_last, s->cache.n_past, r.n_max, &r.draft_tokens,
                                      r.grammar ? &r.grammar : nullptr, r.forced_room, &r.n_forced});
             }

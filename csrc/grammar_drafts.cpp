@@ -16,9 +16,6 @@ namespace mtp {
 
 namespace {
 
-// Characters of forced text looked at per iteration (more than the longest draft takes).
-constexpr size_t kMaxForcedBytes = 128;
-
 class GrammarDrafts final : public DraftSource {
 public:
     GrammarDrafts(std::unique_ptr<DraftSource> head, const llama_vocab * vocab)

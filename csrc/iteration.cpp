@@ -234,7 +234,7 @@ void Session::draft(std::vector<Slot *> & slots) {
         if (drafting(*s)) {
             const int32_t n_draft = s->call.active_n_draft.load(std::memory_order_relaxed);
             r.room = draft_room(*s, n_draft);
-            r.forced_room = draft_room(*s, n_draft > 0 ? std::max(n_draft, longest_forced_) : 0);
+            r.forced_room = draft_room(*s, std::max(n_draft, longest_forced_));
             r.n_max = r.room;
             auto_room = s->call.auto_draft ? std::max(auto_room, r.n_max) : auto_room;
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -75,6 +76,14 @@ EXAMPLE_TOOLS = [{"type": "function", "function": f} for f in (WEATHER, SEARCH, 
 # token cycle from there), so its prompts end in distinct tokens: each walks its own stretch.
 SYNTHETIC_PROMPTS = [f"Synthetic model, walk {c}" for c in "abcdefghijklmnop"]
 
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), for the header of a benchmark's table."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def run_interleaved(
