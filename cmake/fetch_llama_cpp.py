@@ -40,6 +40,7 @@ PATCHES: dict[str, str] = {
     "0010-small-batch-f32-exact.patch": "5a7b45918a5f3dab1cd1f71c0912189a1f18d3a9e015144354e90950ffa503b1",
     "0011-grammar-clone.patch": "0d02e1ca6f4ccd61ea7a8b86c95545e54a9c05fb494af495001d9d6d22120d25",
     "0012-flash-attn-row-invariant.patch": "f1e29a2884bb6f9dc46c465f6e67cba4ae29bb23e69925f93aee78dc1ade38ef",
+    "0013-small-batch-f32-every-cpu.patch": "1c75e00474d60b9dcae8f4e265140ad113b4cfd9ab1fcc234552beee8f85ddfc",
 }
 STAMP = ".mtp_llm_patches"
 
@@ -112,10 +113,15 @@ def patch_stamp() -> str:
 
 
 def apply_patches(tree: Path) -> None:
+    apply_patch_files(tree, [PATCH_DIR / name for name in PATCHES])
+
+
+def apply_patch_files(tree: Path, patches: list[Path]) -> None:
+    """Apply `patches` in order with `-p1` from `tree`'s root (also cmake/patched_ggml_rpc.py's)."""
     import shutil
 
-    for name in PATCHES:
-        patch = str(PATCH_DIR / name)
+    for path in patches:
+        patch = str(path)
         if shutil.which("patch"):
             cmd = ["patch", "-p1", "--forward", "--batch", "--silent", "-i", patch]
         else:

@@ -1,8 +1,9 @@
 """Write a patched copy of ggml's RPC backend sources into a build directory and print it.
 
-ggml's RPC client aborts the process when a connection fails. The extension compiles
-its own copy of ``ggml/src/ggml-rpc`` (and ``ggml-rpc.h``) with
-``patches/ggml-rpc/0001-rpc-client-no-abort.patch`` applied, instead of turning on
+ggml's RPC client aborts the process when a connection fails, and waits forever on a server
+that stops answering. The extension compiles its own copy of ``ggml/src/ggml-rpc`` (and
+``ggml-rpc.h``) with ``patches/ggml-rpc/0001-rpc-client-no-abort.patch`` and
+``0002-rpc-client-gives-up.patch`` applied, instead of turning on
 ``GGML_RPC`` in the shared llama.cpp build: the cached llama.cpp tree and its build
 directory stay exactly as they are (no rebuild, no new build key).
 
@@ -13,12 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-PATCH = Path(__file__).resolve().parent.parent / "patches" / "ggml-rpc" / "0001-rpc-client-no-abort.patch"
-PATCH_SHA256 = "5ea6081c5159bf89d8564dd5025779c741d97c1f16bd4f9f85ebd952c1db7450"
+from fetch_llama_cpp import apply_patch_files  # this script's folder is first on sys.path
+
+PATCH_DIR = Path(__file__).resolve().parent.parent / "patches" / "ggml-rpc"
+PATCHES = {  # applied in this order, each checked against its sha256
+    "0001-rpc-client-no-abort.patch": "5ea6081c5159bf89d8564dd5025779c741d97c1f16bd4f9f85ebd952c1db7450",
+    "0002-rpc-client-gives-up.patch": "5910859c409240b963b0b8b120f6bf390a9b6623cc35c404d6230732f839ed68",
+}
 FILES = (
     "ggml/include/ggml-rpc.h",
     "ggml/src/ggml-rpc/ggml-rpc.cpp",
@@ -29,10 +34,11 @@ STAMP = ".mtp_llm_rpc_patch"
 
 
 def main(tree: Path, out: Path) -> Path:
-    digest = hashlib.sha256(PATCH.read_bytes()).hexdigest()
-    if digest != PATCH_SHA256:
-        raise SystemExit(f"{PATCH.name} has sha256 {digest}, expected {PATCH_SHA256}: update PATCH_SHA256")
-    stamp = f"{tree.resolve()} {digest}\n"
+    for name, expected in PATCHES.items():
+        digest = hashlib.sha256((PATCH_DIR / name).read_bytes()).hexdigest()
+        if digest != expected:
+            raise SystemExit(f"{name} has sha256 {digest}, expected {expected}: update PATCHES")
+    stamp = f"{tree.resolve()} {' '.join(PATCHES.values())}\n"
     if (out / STAMP).exists() and (out / STAMP).read_text() == stamp:
         return out
     if out.exists():
@@ -40,11 +46,7 @@ def main(tree: Path, out: Path) -> Path:
     for name in FILES:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(tree / name, out / name)
-    if shutil.which("patch"):
-        cmd = ["patch", "-p1", "--forward", "--batch", "--silent", "-i", str(PATCH)]
-    else:
-        cmd = ["git", "--git-dir=/nonexistent", "apply", "-p1", "--whitespace=nowarn", str(PATCH)]
-    subprocess.run(cmd, cwd=out, check=True, stdout=sys.stderr)
+    apply_patch_files(out, [PATCH_DIR / name for name in PATCHES])
     (out / STAMP).write_text(stamp)
     return out
 

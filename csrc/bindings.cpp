@@ -309,12 +309,12 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<mtp::DraftController>(m, "DraftController")
         .def(py::init<int32_t>(), py::arg("n_max"))
-        .def("choose", &mtp::DraftController::choose, py::arg("limit"), py::arg("streams") = 1)
+        .def("choose", &mtp::DraftController::choose, py::arg("limit"), py::arg("streams") = 1, py::arg("threads") = 0)
         .def("observe", &mtp::DraftController::observe, py::arg("drafted"), py::arg("accepted"), py::arg("us"),
              py::arg("head_us"), py::arg("resumed") = false)
         .def("observe_acceptance", &mtp::DraftController::observe_acceptance, py::arg("drafted"), py::arg("accepted"))
         .def("observe_cost", &mtp::DraftController::observe_cost, py::arg("drafted"), py::arg("streams"), py::arg("us"),
-             py::arg("head_us"), py::arg("resumed") = false)
+             py::arg("head_us"), py::arg("resumed") = false, py::arg("threads") = 0)
         .def("interrupt", &mtp::DraftController::interrupt)
         .def("estimates", &mtp::DraftController::estimates);
 
@@ -322,6 +322,7 @@ PYBIND11_MODULE(_core, m) {
     py::class_<mtp::ControllerEstimates>(m, "ControllerEstimates")
         .def_readonly("acceptance", &mtp::ControllerEstimates::acceptance)
         .def_readonly("streams", &mtp::ControllerEstimates::streams)
+        .def_readonly("threads", &mtp::ControllerEstimates::threads)
         .def_readonly("iteration_us", &mtp::ControllerEstimates::iteration_us)
         .def_readonly("expected_tokens_per_s", &mtp::ControllerEstimates::expected_tokens_per_s)
         .def_readonly("choice", &mtp::ControllerEstimates::choice)

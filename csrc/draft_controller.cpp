@@ -35,20 +35,28 @@ DraftController::DraftController(int32_t n_max)
     costs();
 }
 
-DraftController::Costs & DraftController::costs_of(int32_t streams) {
-    if ((size_t) streams > costs_.size()) {
-        costs_.resize((size_t) streams, Costs{std::vector<double>((size_t) n_max_ + 1, 0.0),
-                                              std::vector<int32_t>((size_t) n_max_ + 1, 0), 0.0});
+DraftController::Costs & DraftController::costs_of(Shape shape) {
+    for (Costs & t : costs_) {
+        if (t.shape == shape) {
+            return t;
+        }
     }
-    return costs_[(size_t) streams - 1];
+    costs_.push_back(Costs{shape, std::vector<double>((size_t) n_max_ + 1, 0.0),
+                           std::vector<int32_t>((size_t) n_max_ + 1, 0), 0.0});
+    return costs_.back();
 }
 
 DraftController::Costs & DraftController::costs() {
-    return costs_of(streams_);
+    return costs_of(shape_);
 }
 
 const DraftController::Costs & DraftController::costs() const {
-    return costs_[std::min((size_t) streams_, costs_.size()) - 1];
+    for (const Costs & t : costs_) {
+        if (t.shape == shape_) {
+            return t;
+        }
+    }
+    return costs_.front();  // not reached: choose() makes the current shape's table
 }
 
 double DraftController::acceptance(int32_t i, bool optimistic) const {
@@ -152,9 +160,9 @@ int32_t DraftController::decide(int32_t limit) {
     return best;
 }
 
-int32_t DraftController::choose(int32_t limit, int32_t streams) {
+int32_t DraftController::choose(int32_t limit, int32_t streams, int32_t threads) {
     std::lock_guard<std::mutex> lock(mutex_);
-    streams_ = std::max(1, streams);
+    shape_ = Shape{std::max(1, streams), std::max(0, threads)};
     costs();
     choice_ = decide(std::min(limit, n_max_));
     return choice_;
@@ -179,7 +187,7 @@ void DraftController::interrupt() {
 void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed) {
     std::lock_guard<std::mutex> lock(mutex_);
     observe_acceptance_locked(drafted, accepted);
-    observe_cost_locked(drafted, 1, us, head_us, resumed);
+    observe_cost_locked(drafted, Shape{1, shape_.threads}, us, head_us, resumed);
 }
 
 void DraftController::observe_acceptance(int32_t drafted, int32_t accepted) {
@@ -187,9 +195,10 @@ void DraftController::observe_acceptance(int32_t drafted, int32_t accepted) {
     observe_acceptance_locked(drafted, accepted);
 }
 
-void DraftController::observe_cost(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed) {
+void DraftController::observe_cost(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed,
+                                   int32_t threads) {
     std::lock_guard<std::mutex> lock(mutex_);
-    observe_cost_locked(drafted, streams, us, head_us, resumed);
+    observe_cost_locked(drafted, Shape{std::max(1, streams), std::max(0, threads)}, us, head_us, resumed);
 }
 
 void DraftController::observe_acceptance_locked(int32_t drafted, int32_t accepted) {
@@ -215,19 +224,18 @@ void DraftController::observe_acceptance_locked(int32_t drafted, int32_t accepte
     }
 }
 
-void DraftController::observe_cost_locked(int32_t drafted, int32_t streams, int64_t us, int64_t head_us,
+void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t us, int64_t head_us,
                                           bool resumed) {
     drafted = std::clamp(drafted, 0, n_max_);
-    streams = std::max(1, streams);
-    // Only an iteration of the same shape as the one before measures that shape's
+    // Only an iteration of the same length and shape as the one before measures that
     // steady cost: after a switch the first pass rebuilds its compute graphs.
-    const bool steady = drafted == previous_ && streams == previous_streams_ && !resumed && us > 0;
+    const bool steady = drafted == previous_ && shape == previous_shape_ && !resumed && us > 0;
     previous_ = drafted;
-    previous_streams_ = streams;
+    previous_shape_ = shape;
     if (!steady) {
         return;
     }
-    Costs & t = costs_of(streams);
+    Costs & t = costs_of(shape);
     // Times only grow when the machine is busy (preemption, page faults): the
     // first samples keep their minimum, later ones move the average by at most
     // a bounded step.
@@ -254,7 +262,8 @@ ControllerEstimates DraftController::estimates() const {
     for (int32_t i = 0; i < n_max_; ++i) {
         e.acceptance.push_back(acceptance(i, false));
     }
-    e.streams = streams_;
+    e.streams = shape_.streams;
+    e.threads = shape_.threads;
     for (int32_t k = 0; k <= n_max_; ++k) {
         const bool known = measured(k);
         e.iteration_us.push_back(known ? costs().us[k] : 0.0);

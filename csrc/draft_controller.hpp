@@ -27,6 +27,7 @@ namespace mtp {
 struct ControllerEstimates {
     std::vector<double> acceptance;    // [i]: P(draft i accepted | drafts before it accepted)
     int32_t streams = 1;               // concurrent streams the times below are for (the last choice's)
+    int32_t threads = 0;               // and compute threads (0: not given)
     std::vector<double> iteration_us;  // [k]: time of an iteration drafting k (0 = not measured yet)
     std::vector<double> expected_tokens_per_s;  // [k]: E(k) / T(k) (0 = not measured yet)
     int32_t choice = 0;                // the length chosen last
@@ -37,8 +38,9 @@ class DraftController {
 public:
     explicit DraftController(int32_t n_max);
 
-    // Draft length for the next iteration of `streams` concurrent streams, in [0, min(limit, n_max)].
-    int32_t choose(int32_t limit, int32_t streams = 1);
+    // Draft length for the next iteration of `streams` concurrent streams on `threads` compute
+    // threads (0: not given), in [0, min(limit, n_max)]. Costs are kept per (streams, threads).
+    int32_t choose(int32_t limit, int32_t streams = 1, int32_t threads = 0);
     // Whether the next choice is plain decoding with no probe due (the head may
     // skip work it would only need for drafting, such as the prompt).
     bool expects_plain() const;
@@ -49,24 +51,32 @@ public:
     // The same, split for iterations of several streams: each stream's drafts...
     void observe_acceptance(int32_t drafted, int32_t accepted);
     // ...and, once per iteration, its time (every stream drafted `drafted`; `head_us` in total).
-    void observe_cost(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed);
+    void observe_cost(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed,
+                      int32_t threads = 0);
     // The next iteration does not follow the last observed one (a new call).
     void interrupt();
 
     ControllerEstimates estimates() const;  // any thread
 
 private:
-    // Iteration times at one number of streams.
+    // What an iteration's time depends on beside its draft length.
+    struct Shape {
+        int32_t streams = 1;
+        int32_t threads = 0;
+        bool operator==(const Shape & o) const { return streams == o.streams && threads == o.threads; }
+    };
+    // Iteration times at one shape.
     struct Costs {
+        Shape shape;
         std::vector<double> us;
         std::vector<int32_t> n;
         double head_step_us = 0.0;
     };
-    Costs & costs_of(int32_t streams);  // made on first use (mutex_ held)
-    Costs & costs();              // the current number of streams' (mutex_ held)
+    Costs & costs_of(Shape shape);  // made on first use (mutex_ held)
+    Costs & costs();              // the current shape's (mutex_ held)
     const Costs & costs() const;
     void observe_acceptance_locked(int32_t drafted, int32_t accepted);
-    void observe_cost_locked(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed);
+    void observe_cost_locked(int32_t drafted, Shape shape, int64_t us, int64_t head_us, bool resumed);
     double acceptance(int32_t i, bool optimistic) const;
     double expected_tokens(int32_t k, bool optimistic) const;
     bool measured(int32_t k) const;
@@ -80,8 +90,8 @@ private:
     std::vector<double> acc_num_, acc_den_;    // decayed counts per position
     std::vector<double> fast_num_, fast_den_;  // the same with a short memory
     std::vector<bool> acc_seen_;
-    std::vector<Costs> costs_;    // [streams - 1]
-    int32_t streams_ = 1;         // of the iteration being chosen
+    std::vector<Costs> costs_;    // one per shape seen (a handful)
+    Shape shape_;                 // of the iteration being chosen
     int32_t plain_run_ = 0;       // plain tokens since the last probe or drafting iteration
     int32_t probe_interval_;
     // A burst: a few iterations at one length (a probe from plain decoding, or a try
@@ -90,7 +100,7 @@ private:
     int32_t burst_left_ = 0;
     bool burst_is_probe_ = false;
     int32_t previous_ = -1;       // length of the last observed iteration (-1: none, or a new call)
-    int32_t previous_streams_ = 0;
+    Shape previous_shape_{0, 0};
     int32_t since_explore_ = 0;   // drafting iterations since trying a neighbouring length
     bool explore_down_ = false;   // the last try was one draft fewer
     int32_t choice_ = 0;

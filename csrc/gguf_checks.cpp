@@ -106,6 +106,11 @@ void check_hparams(const gguf_context * ctx, const std::string & arch, const std
     } else if (n_groups != 0) {
         bad(arch + ".expert_group_count", n_groups, "must be 0 without experts");
     }
+    // The MoE graph builder aborts on a gating function it does not know (metadata fuzz, glm4moe).
+    if (const int64_t gating = gguf_int_max(ctx, arch + ".expert_gating_func");
+        gating > LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS) {
+        bad(arch + ".expert_gating_func", gating, "must be 0 (the architecture's default) .. 4 (llama.cpp's known functions)");
+    }
     // ggml's CPU rope and norm kernels assert on these at the first decode.
     const int64_t n_head_id = gguf_find_key(ctx, (arch + ".attention.head_count").c_str());
     const bool scalar_heads = n_head_id >= 0 && gguf_get_kv_type(ctx, n_head_id) != GGUF_TYPE_ARRAY;

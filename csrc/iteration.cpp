@@ -138,7 +138,7 @@ void Session::speculative_iteration(std::vector<Slot *> & slots) {
 // drafted the same length for it (all on "auto", none forced by a grammar, none
 // waiting for a replay): that is the shape its choice applies to.
 void Session::observe_round_cost(size_t streams) {
-    if (round_observations_.empty() || round_observations_.size() != streams || round_threads_changed_) {
+    if (round_observations_.empty() || round_observations_.size() != streams || round_is_thread_probe_) {
         return;
     }
     const Slot::Call::Observation & first = round_observations_.front();
@@ -152,7 +152,7 @@ void Session::observe_round_cost(size_t streams) {
         head_us += o.head_us;
         resumed = resumed || o.resumed;
     }
-    controller_.observe_cost(first.drafted, (int32_t) streams, us, head_us, resumed);
+    controller_.observe_cost(first.drafted, (int32_t) streams, us, head_us, resumed, round_threads_);
 }
 
 // One slot's share of the iteration: counters, commit or checkpoint restore, what the
@@ -240,7 +240,7 @@ void Session::draft(std::vector<Slot *> & slots) {
         }
     }
     if (auto_room >= 0) {
-        const int32_t chosen = controller_.choose(auto_room, (int32_t) slots.size());
+        const int32_t chosen = controller_.choose(auto_room, (int32_t) slots.size(), round_threads_);
         for (Slot * s : slots) {
             if (s->call.auto_draft && !s->round.is_replay) {
                 s->round.n_max = std::min(s->round.n_max, chosen);

@@ -222,6 +222,14 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
                                             info_.architecture + "')"));
     }
     model_.reset(m);
+    // llama_model::create_memory asserts this when a context is made: a sliding-window
+    // architecture whose sliding_window_pattern marks no layer (metadata fuzz, issue 31).
+    const llama_hparams & hp = model_->hparams;
+    if (hp.swa_type != LLAMA_SWA_TYPE_NONE && hp.n_layer_all > 0 && !hp.is_swa_any()) {
+        fail(ErrorKind::ModelLoad, "GGUF file is corrupt or unsupported: " + info_.architecture +
+                                       ".attention.sliding_window_pattern marks no layer as sliding-window, but the "
+                                       "architecture uses sliding-window attention: '" + path + "'");
+    }
     if (!remote) {
         opts_.rpc_servers.clear();  // a sidecar head kept local uses no server
     }

@@ -49,6 +49,7 @@ public:
     // Throws Error(RpcLost) when a connection to one of the model's RPC servers was lost
     // (the model's remote tensors are gone with it: reload the model).
     void check_rpc() const;
+    bool uses_rpc() const { return !rpc_held_.empty(); }
     // Devices the model was loaded on ("CPU" always holds what is not offloaded).
     const std::vector<std::string> & device_names() const { return device_names_; }
 

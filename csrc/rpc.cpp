@@ -104,6 +104,18 @@ std::string rpc_protocol_version() {
            std::to_string(RPC_PROTO_PATCH_VERSION);
 }
 
+RpcStopScope::RpcStopScope(bool active, bool (*stop)(void *), void * data, double grace_s) : active_(active) {
+    if (active_) {
+        ggml_backend_rpc_set_thread_stop(stop, data, grace_s);
+    }
+}
+
+RpcStopScope::~RpcStopScope() {
+    if (active_) {
+        ggml_backend_rpc_set_thread_stop(nullptr, nullptr, 0.0);
+    }
+}
+
 int rpc_connection_state(const std::string & endpoint) {
     return ggml_backend_rpc_connection_state(endpoint.c_str());
 }

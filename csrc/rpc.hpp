@@ -35,6 +35,21 @@ int rpc_connection_state(const std::string & endpoint);
 // ggml's RPC server; returns only when the server cannot start (port in use, bad host).
 void serve_rpc(const std::string & endpoint, const std::string & cache_dir, int n_threads);
 
+// While it lives, the RPC commands this thread waits on give up on a server that has answered
+// nothing for `grace_s` seconds after `stop(data)` turned true (the call timed out or was
+// cancelled), so a stopped server cannot hold the call forever (patches/ggml-rpc/0002).
+// Sets nothing unless `active`.
+class RpcStopScope {
+public:
+    RpcStopScope(bool active, bool (*stop)(void *), void * data, double grace_s);
+    ~RpcStopScope();
+    RpcStopScope(const RpcStopScope &) = delete;
+    RpcStopScope & operator=(const RpcStopScope &) = delete;
+
+private:
+    bool active_;
+};
+
 // ggml's RPC protocol version, "major.minor.patch".
 std::string rpc_protocol_version();
 

@@ -4,6 +4,7 @@
 
 #include "errors.hpp"
 #include "head_checks.hpp"
+#include "rpc.hpp"
 #include "runtime.hpp"
 
 namespace mtp {
@@ -409,6 +410,10 @@ StepResult Session::step(int32_t slot) {
         if (!s.call.in_use) {
             fail(ErrorKind::Busy, "no generation is running: call begin() first");
         }
+        // A call that times out or is cancelled while a server answers nothing gives up on it
+        // after rpc_timeout seconds more (the model then reports the server lost).
+        const Model & remote = target_->uses_rpc() || !draft_model_ ? *target_ : *draft_model_;
+        RpcStopScope rpc_stop(remote.uses_rpc(), &Session::abort_cb, this, remote.options().rpc_timeout);
         // Rounds run until one has produced this slot's output; while another caller
         // drives one, this one waits for the lock (it gets its output from that round).
         while (s.call.rounds_ready == 0 && !s.call.error && !s.call.finished) {
@@ -493,8 +498,9 @@ void Session::run_round() {
     // exactly that size: a larger pool's idle workers would spin beside the busy decode.
     const int32_t n = generating.empty() ? threads_.current() : threads_.choose();
     const int32_t n_batch = n == n_threads_ ? n_threads_batch_ : n;
-    round_threads_changed_ = n != last_round_threads_ || n != threads_.current();
-    last_round_threads_ = n;
+    // A probe round (a thread count tried once) is no steady sample of its count's costs.
+    round_is_thread_probe_ = n != threads_.current();
+    round_threads_ = n;
     ComputeThreads threads(n, n_batch);
     threads.attach(ctx_tgt_.get());
     if (ctx_dft_) {

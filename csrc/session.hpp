@@ -168,8 +168,8 @@ private:
     int32_t threads_set_ = 0, threads_batch_set_ = 0;  // what the contexts are set to (0: their defaults)
     // This round ran another thread count than the last one, or a probe's: its time is no
     // steady cost sample for the draft length's controller.
-    bool round_threads_changed_ = false;
-    int32_t last_round_threads_ = 0;
+    bool round_is_thread_probe_ = false;
+    int32_t round_threads_ = 0;  // compute threads of the round running now
     void use_threads(int32_t n, int32_t n_batch);
 
     AtomicCounters total_;

@@ -47,10 +47,13 @@ class DraftControllerEstimates:
     decayed average of this session's iterations."""
     streams: int
     """Concurrent streams (calls sharing the session's iterations) that ``iteration_us`` is for:
-    those of the last choice. Times are kept per number of streams."""
+    those of the last choice. Times are kept per number of streams and of compute threads."""
+    threads: int
+    """Compute threads of the last choice's iterations (the session's adaptive thread count may
+    lower it on a busy machine, docs/performance.md); ``iteration_us`` is for these."""
     iteration_us: tuple[float, ...]
     """Per draft length k = 0..n_draft_max: measured time of one iteration of ``streams``
-    streams (0 = not measured yet)."""
+    streams on ``threads`` threads (0 = not measured yet)."""
     expected_tokens_per_s: tuple[float, ...]
     """Per draft length k: expected committed tokens of one stream / iteration time (0 = not measured yet)."""
     choice: int

@@ -1,22 +1,44 @@
 #!/usr/bin/env bash
-# Memory-safety run: build llama.cpp and the extension with AddressSanitizer and
-# UndefinedBehaviorSanitizer (own venv and build dir), then run the test suite under them.
-# Usage: bash scripts/sanitize.sh [pytest args]
+# Sanitizer runs: build llama.cpp and the extension instrumented (own venv and build dir), then
+# run the test suite under them.
+#   bash scripts/sanitize.sh [pytest args]            AddressSanitizer + UndefinedBehaviorSanitizer
+#   bash scripts/sanitize.sh --thread [pytest args]   ThreadSanitizer (default tests: the parallel
+#       engine, cancellation, the prompt cache and the integrations: THREAD_TESTS below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export MTP_LLM_VENV=.venv-asan
+MODE=address
+if [ "${1:-}" = --thread ]; then
+  MODE=thread
+  shift
+fi
+if [ "$MODE" = thread ]; then
+  export MTP_LLM_VENV=.venv-tsan
+  BUILD=(-C cmake.define.MTP_LLM_TSAN=ON -C build-dir=build/tsan)
+else
+  export MTP_LLM_VENV=.venv-asan
+  BUILD=(-C cmake.define.MTP_LLM_SANITIZE=ON -C build-dir=build/asan)
+fi
 VENV="$MTP_LLM_VENV"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.12" ninja "cmake>=3.21"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
-  -C cmake.define.MTP_LLM_SANITIZE=ON -C build-dir=build/asan -e ".[test,langchain,llamaindex,bench]"
-ASAN_LIB="$(gcc -print-file-name=libasan.so)"
-# libstdc++ too: Python does not link it, and ASan's __cxa_throw interceptor must find the
+  "${BUILD[@]}" -e ".[test,langchain,llamaindex,bench]"
+# libstdc++ too: Python does not link it, and the sanitizer's __cxa_throw interceptor must find the
 # real one before the extension throws its first exception.
 STDCXX_LIB="$(gcc -print-file-name=libstdc++.so)"
-# Python itself is not instrumented and keeps objects alive at exit: leak checking is off,
-# every other ASan/UBSan report aborts the run.
-export LD_PRELOAD="$ASAN_LIB:$STDCXX_LIB"
-export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+if [ "$MODE" = thread ]; then
+  THREAD_TESTS=(tests/engine/test_parallel.py tests/engine/test_cancel_concurrency.py tests/engine/test_prompt_cache.py
+                tests/integrations/test_langchain.py tests/integrations/test_llamaindex.py)
+  [ $# -gt 0 ] || set -- "${THREAD_TESTS[@]}"
+  export LD_PRELOAD="$(gcc -print-file-name=libtsan.so):$STDCXX_LIB"
+  # Python itself is not instrumented: its own synchronisation is seen only through the pthread
+  # calls TSan intercepts. Every report is printed; the run fails when there was one (exitcode).
+  export TSAN_OPTIONS="halt_on_error=0:exitcode=66:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$PWD/scripts/tsan.supp"
+else
+  # Python itself is not instrumented and keeps objects alive at exit: leak checking is off,
+  # every other ASan/UBSan report aborts the run.
+  export LD_PRELOAD="$(gcc -print-file-name=libasan.so):$STDCXX_LIB"
+  export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+fi
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"

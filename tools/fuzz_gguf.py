@@ -69,7 +69,7 @@ def main() -> int:
             keep = Path(args.keep)
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, keep / path.name)
-            cause = [line for line in proc.stderr.splitlines() if "ASSERT" in line or "Error" in line][:1]
+            cause = [line for line in proc.stderr.splitlines() if any(s in line for s in ("ASSERT", "Error", "fatal error"))][:1]
             findings.append(f"{path.name} (rc={proc.returncode}): {cause[0] if cause else proc.stderr[-300:]}")
             path.unlink()
     print(dict(outcomes))

@@ -19,7 +19,10 @@ Nothing can be downloaded here, so the project makes its own models:
   head is right about a third of the time (partial acceptances), to exercise
   recurrent-state rollback and checkpoint save/restore;
 * ``glm4-nextn``: a glm4 model that stores a nextn block llama.cpp has no MTP
-  graph for (plain decoding only).
+  graph for (plain decoding only);
+* ``llama-mtp``, ``glm4moe``: random-weight models of the built-in model's layout (llama with an
+  embedded nextn block, patch 0005) and of GLM-4.5's (MoE nextn block), from
+  :mod:`mtp_llm.gguf.mtp_layouts`.
 
 The forced models use identity blocks (all projections zero, norms one) so
 the hidden state is the normalised token embedding, and a few chosen
@@ -36,6 +39,7 @@ import numpy as np
 from .common import tiny_vocab
 from .glm4 import write_glm4
 from .hyv3 import HyV3Config, split_mtp, write_hy_v3
+from .mtp_layouts import write_glm4moe, write_llama_mtp
 from .qwen35 import write_qwen35
 
 # Dimensions with a fixed meaning in the forced models.
@@ -187,6 +191,13 @@ def make_tiny_models(out_dir: str | Path) -> dict[str, Path]:
         write_glm4(glm4.with_suffix(".tmp"), vocab, seed=77)
         glm4.with_suffix(".tmp").replace(glm4)
     paths["glm4-nextn"] = glm4
+
+    for name, write in (("llama-mtp", write_llama_mtp), ("glm4moe", write_glm4moe)):
+        path = out / f"{name}.gguf"
+        if not path.exists():
+            write(path.with_suffix(".tmp"), vocab, seed=5)
+            path.with_suffix(".tmp").replace(path)
+        paths[name] = path
     return paths
 
 

@@ -88,7 +88,7 @@ def test_auto_stats_and_estimates_persist_across_calls(accept100_model: Model) -
     assert second.draft_controller is not None and second.draft_controller.acceptance[0] > 0.5
     payload = second.to_dict()
     assert set(payload["draft_controller"]) == {
-        "acceptance", "streams", "iteration_us", "expected_tokens_per_s", "choice", "probe_interval"
+        "acceptance", "streams", "threads", "iteration_us", "expected_tokens_per_s", "choice", "probe_interval"
     }
     assert len(payload["draft_length_counts"]) == 5
 

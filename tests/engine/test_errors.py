@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 CASES: dict[str, tuple[str, str, str]] = {
@@ -193,7 +194,7 @@ MUTATION_RUNNER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("model_name", ["random", "hybrid", "glm4-nextn"])
+@pytest.mark.parametrize("model_name", ["random", "hybrid", "glm4-nextn", "llama-mtp", "glm4moe"])
 def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
     """Loading a GGUF is loading untrusted input: structure-aware mutations of a real file
     (150, fixed seed) each load and generate, or raise an MTPError; none takes the process down."""
@@ -240,3 +241,95 @@ def test_hybrid_hyperparameters_the_metadata_fuzz_found(tiny_paths, tmp_path, ke
         overwrite_field(src, path, key, value)
     with pytest.raises(ModelLoadError, match=message):
         Model.load(path)
+
+
+@pytest.mark.parametrize("model_name", ["random", "hybrid", "llama-mtp-v96", "glm4moe"])
+def test_metadata_mutants_of_every_mtp_layout_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
+    """Well-typed edge values of the hyperparameters (tools/fuzz_gguf.py --metadata, a 100-mutant
+    sample of each MTP layout: hy_v3, qwen35, the built-in model's llama + trimmed nextn head,
+    glm4moe) each load and generate, or raise an MTPError."""
+    from mtp_llm.gguf.draft_vocab import trim_embedded_head
+    from mtp_llm.gguf.fuzz import mutate_metadata
+
+    if model_name == "llama-mtp-v96":
+        src = trim_embedded_head(tiny_paths["llama-mtp"], tmp_path / "llama-mtp-v96.gguf", np.arange(0, 192, 2))
+    else:
+        src = tiny_paths[model_name]
+    paths = mutate_metadata(src, tmp_path, count=100, seed=2027)
+    proc = subprocess.run(
+        [sys.executable, "-c", MUTATION_RUNNER, *map(str, paths)], capture_output=True, text=True, timeout=300,
+    )
+    lines = proc.stdout.split()
+    assert proc.returncode == 0 and lines[-1] == "done", (
+        f"mutant {lines[-1] if lines else '?'} killed the process (rc={proc.returncode}): {proc.stderr[-1500:]}"
+    )
+
+
+@pytest.mark.parametrize("value", [5, 7, 65536, 2**32 - 1])
+def test_an_unknown_expert_gating_function_is_a_load_error(value: int, tiny_paths, tmp_path: Path) -> None:
+    """llama.cpp's MoE graph builder aborts on a gating function it does not know (found by the
+    metadata fuzz on glm4moe): a ModelLoadError naming the key instead."""
+    from mtp_llm import Model, ModelLoadError
+    from mtp_llm.gguf.fuzz import overwrite_field
+
+    path = overwrite_field(tiny_paths["glm4moe"], tmp_path / "mutant.gguf", "glm4moe.expert_gating_func", value)
+    with pytest.raises(ModelLoadError, match="expert_gating_func"):
+        Model.load(path)
+
+
+def _write_olmo2(path: Path, swa_pattern: list[bool]) -> Path:
+    """A tiny random olmo2 (sliding-window attention on: sliding_window 16, the given per-layer pattern)."""
+    import gguf
+
+    from mtp_llm.gguf.common import add_bpe_vocab, finish_file, tiny_vocab
+    from mtp_llm.gguf.mtp_layouts import _Tensors
+
+    vocab, n_embd, n_ff = tiny_vocab(), 64, 128
+    t = _Tensors(9, len(vocab.tokens), n_embd, 4, 4, 16)
+    t.all["output.weight"] = t.random(len(vocab.tokens), n_embd)
+    for i in range(len(swa_pattern)):
+        t.attention(i)
+        t.dense_ffn(i, n_ff)
+        del t.all[f"blk.{i}.attn_norm.weight"]
+        for name in ("attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"):
+            t.all[f"blk.{i}.{name}.weight"] = t.ones
+    writer = gguf.GGUFWriter(str(path), "olmo2")
+    writer.add_context_length(256)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(len(swa_pattern))
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(4)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_sliding_window(16)
+    writer.add_array("olmo2.attention.sliding_window_pattern", swa_pattern)
+    add_bpe_vocab(writer, vocab)
+    for name, array in t.all.items():
+        writer.add_tensor(name, array)
+    finish_file(writer)
+    return path
+
+
+def test_a_sliding_window_pattern_that_marks_no_layer_is_a_load_error(tmp_path: Path) -> None:
+    """Issue 31's example (there on mimo2): an architecture with sliding-window attention whose
+    pattern marks no layer loaded, and making a context aborted the process in
+    llama_model::create_memory (GGML_ASSERT(hparams.is_swa_any())). Now a ModelLoadError at load;
+    the same model with one sliding-window layer generates."""
+    code = textwrap.dedent(
+        """
+        import sys, mtp_llm
+        try:
+            model = mtp_llm.Model.load(sys.argv[1])
+            mtp_llm.MTP(model, n_draft=0, n_threads=1, n_ctx=128).generate("Hello", max_tokens=4, temp=0)
+            print("ok")
+        except mtp_llm.MTPError as exc:
+            print(type(exc).__name__, exc)
+        """
+    )
+    none = _write_olmo2(tmp_path / "none.gguf", [False, False])
+    some = _write_olmo2(tmp_path / "some.gguf", [True, False])
+    runs = [subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=120)
+            for p in (none, some)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-1500:]
+    assert runs[0].stdout.startswith("ModelLoadError") and "sliding_window_pattern marks no layer" in runs[0].stdout
+    assert runs[1].stdout.strip() == "ok", runs[1].stdout

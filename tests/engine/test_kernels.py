@@ -31,9 +31,12 @@ def _ggml_static_libs() -> tuple[Path, list[Path]]:
             [sys.executable, str(ROOT / "cmake" / "fetch_llama_cpp.py")], check=True, capture_output=True, text=True
         ).stdout.strip()
     )
-    builds = sorted(
-        p for p in Path(f"{tree}-build").glob("Release-*") if re.fullmatch(r"Release-[A-Za-z]+-[\d.]+", p.name)
-    )
+    if os.environ.get("MTP_LLM_GGML_BUILD"):  # another CPU build's directory (scripts/check_avx2.sh)
+        builds = [Path(os.environ["MTP_LLM_GGML_BUILD"])]
+    else:
+        builds = sorted(
+            p for p in Path(f"{tree}-build").glob("Release-*") if re.fullmatch(r"Release-[A-Za-z]+-[\d.]+", p.name)
+        )
     assert builds, f"no CPU release build of {tree} (run scripts/setup.sh)"
     src = builds[-1] / "ggml" / "src"
     libs = [src / "libggml.a", src / "libggml-cpu.a", src / "libggml-base.a"]

@@ -17,7 +17,7 @@ def events(session, prompt: str, **opts: object) -> list[TokenEvent]:
     return [e for e in session.stream_events(prompt, **opts) if isinstance(e, TokenEvent)]
 
 
-@pytest.mark.parametrize("model_name", ["random", "accept33", "accept100", "hybrid"])
+@pytest.mark.parametrize("model_name", ["random", "accept33", "accept100", "hybrid", "llama-mtp", "glm4moe"])
 def test_logprobs_with_mtp_equal_plain_decoding(tiny_paths, model_name: str) -> None:
     model = Model.load(tiny_paths[model_name])
     plain = make_session(model, n_draft=0)

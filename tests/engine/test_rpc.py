@@ -240,22 +240,25 @@ CHILD = textwrap.dedent(
     from mtp_llm.errors import MTPError
     from mtp_llm.options import GenerationOptions
 
-    endpoint, model_path, during = sys.argv[1], sys.argv[2], sys.argv[3] == "during"
-    opts = GenerationOptions(max_tokens=64, temp=0.0)
-    model = Model.load(model_path, rpc_servers=[endpoint], n_gpu_layers=-1)
+    endpoint, model_path, when = sys.argv[1], sys.argv[2], sys.argv[3]
+    # "stopped": the server is stopped (SIGSTOP), not killed: only the call's timeout can end it
+    stopped = when == "stopped"
+    opts = GenerationOptions(max_tokens=64, temp=0.0, timeout=5.0 if stopped else None)
+    model = Model.load(model_path, rpc_servers=[endpoint], n_gpu_layers=-1, rpc_timeout=5.0)
     session = MTP(model, n_draft=3, n_threads=1, n_ctx=512)
     session.generate("warm up", options=opts)
     result = {}
-    if during:
+    if when in ("during", "stopped"):
         print("generating", flush=True)
         start = time.monotonic()
         try:
-            while time.monotonic() - start < 20:
+            while time.monotonic() - start < (60 if stopped else 20):
                 session.generate("x y z", options=opts)
             result["error"] = None
         except MTPError as exc:
             result["error"] = type(exc).__name__
             result["message"] = str(exc)
+        result["failed_at"] = time.monotonic()
     else:
         print("loaded", flush=True)
         sys.stdin.readline()  # the parent killed the server
@@ -267,11 +270,13 @@ CHILD = textwrap.dedent(
             result["error"] = type(exc).__name__
             result["message"] = str(exc)
     result["seconds"] = time.monotonic() - start
+    second = time.monotonic()
     try:
         session.generate("again", options=opts)
         result["second_call"] = None
     except MTPError as exc:
         result["second_call"] = type(exc).__name__
+    result["second_call_seconds"] = time.monotonic() - second
     local = MTP(Model.load(model_path), n_draft=3, n_threads=1, n_ctx=512)
     result["local"] = len(local.generate("still works", options=opts)) > 0
     del session, model  # frees the lost server's buffers: must not abort either
@@ -312,6 +317,38 @@ def test_killed_server_raises(when: str, tiny_paths: dict[str, Path]) -> None:
     assert f"RPC server {server.endpoint} was lost" in result["message"]
     assert result["seconds"] < 10
     assert result["second_call"] == "RPCConnectionError"
+    assert result["local"] is True
+
+
+def test_a_stopped_server_fails_the_call_within_its_timeout(tiny_paths: dict[str, Path]) -> None:
+    """A server that stops answering (SIGSTOP: alive, its kernel still ACKs) must not hold a call
+    past its timeout: with timeout=5 and rpc_timeout=5 the call raises within 15 s of the stop,
+    the model reports the server lost, a local model still generates, and the process exits cleanly."""
+    import signal
+
+    (server,) = start_servers(1)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, server.endpoint, str(tiny_paths["random"]), "stopped"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "generating", child.stderr.read() if child.stderr else ""
+        time.sleep(0.5)
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        out, err = child.communicate(timeout=60)
+    finally:
+        server.stop()  # SIGKILL ends a stopped process too
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, err[-2000:]
+    (line,) = [x for x in out.splitlines() if x.startswith("RESULT ")]
+    result = json.loads(line[len("RESULT ") :])
+    assert result["error"] in ("RPCConnectionError", "GenerationTimeoutError"), result
+    assert result["failed_at"] - stopped_at < 15, result
+    assert result["second_call"] == "RPCConnectionError" and result["second_call_seconds"] < 1, result
     assert result["local"] is True
 
 

@@ -107,16 +107,16 @@ def test_controller_ignores_a_preempted_iteration() -> None:
     assert c.choose(2) == 2
 
 
-def drive_streams(c: _core.DraftController, rounds: int, streams: int, cost_us: Any) -> list[int]:
-    """Rounds of `streams` concurrent streams that accept every draft: each stream's drafts
-    are one acceptance observation, the round's time one cost observation."""
+def drive_streams(c: _core.DraftController, rounds: int, streams: int, cost_us: Any, threads: int = 0) -> list[int]:
+    """Rounds of `streams` concurrent streams on `threads` threads that accept every draft: each
+    stream's drafts are one acceptance observation, the round's time one cost observation."""
     chosen = []
     for _ in range(rounds):
-        k = c.choose(4, streams)
+        k = c.choose(4, streams, threads)
         chosen.append(k)
         for _ in range(streams):
             c.observe_acceptance(k, k)
-        c.observe_cost(k, streams, int(cost_us(k, streams)), int(100 * k * streams), False)
+        c.observe_cost(k, streams, int(cost_us(k, streams)), int(100 * k * streams), False, threads)
     return chosen
 
 
@@ -138,6 +138,29 @@ def test_controller_keeps_costs_per_number_of_streams() -> None:
     again = drive_streams(c, 30, 1, cost)
     assert again.count(4) >= 25 and 0 not in again, again  # its table was kept: no plain re-measurement
     assert c.estimates().streams == 1 and c.estimates().iteration_us[4] == pytest.approx(1600)
+
+
+def test_controller_keeps_costs_per_thread_count() -> None:
+    """A busy machine makes the session's adaptive thread count drop from 2 to 1, and then each
+    verify row costs far more against a one-row pass: at 2 threads the longest draft pays, at 1
+    plain decoding does (2 tokens per 5,000 us at k=1 against 1 per 2,000). The choice follows the
+    thread count both ways, deciding on that count's own times, and a count seen before needs no
+    new measurement (issue 30: one table for every count decided on the other count's times)."""
+    def two(k: int, streams: int) -> float:
+        return 1000 + 150 * k
+
+    def one(k: int, streams: int) -> float:
+        return 2000 + 3000 * k
+
+    c = _core.DraftController(4)
+    assert drive_streams(c, 200, 1, two, threads=2)[-100:].count(4) >= 85
+    busy = drive_streams(c, 400, 1, one, threads=1)
+    assert busy[-200:].count(0) >= 180, busy[-200:]
+    est = c.estimates()
+    assert est.threads == 1 and est.iteration_us[:2] == pytest.approx([2000, 5000])
+    again = drive_streams(c, 30, 1, two, threads=2)
+    assert again.count(4) >= 25 and 0 not in again, again
+    assert c.estimates().threads == 2 and c.estimates().iteration_us[4] == pytest.approx(1600)
 
 
 def test_controller_prices_the_shape_a_switch_comes_from_apart() -> None:
