@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def instructions(model: str, n: int, n_draft: int) -> tuple[int, int]:
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", WORKLOAD,
              model, str(n), str(n_draft)],
             capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},  # the same string hashes, so the same dict work, every run
         )
         tokens = int(re.search(r"tokens (\d+)", proc.stdout).group(1))  # type: ignore[union-attr]
         total = re.search(r"^summary: (\d+)", out.read_text(), re.M)
@@ -52,8 +54,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64, help="N: runs of N and 2N tokens")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tiny-only", action="store_true", help="only the tiny model (minutes, not a quarter hour)")
     args = parser.parse_args()
-    models = {"tiny random hy_v3": "tests/.models/random.gguf", "built-in SmolLM2": str(smollm2.built_in_path())}
+    models = {"tiny random hy_v3": "tests/.models/random.gguf"}
+    if not args.tiny_only:
+        models["built-in SmolLM2"] = str(smollm2.built_in_path())
     result = {}
     for name, path in models.items():
         for n_draft in (0, 3):

@@ -42,6 +42,7 @@ PATCHES: dict[str, str] = {
     "0012-flash-attn-row-invariant.patch": "f1e29a2884bb6f9dc46c465f6e67cba4ae29bb23e69925f93aee78dc1ade38ef",
     "0013-small-batch-f32-every-cpu.patch": "1c75e00474d60b9dcae8f4e265140ad113b4cfd9ab1fcc234552beee8f85ddfc",
     "0014-thread-safe-localtime.patch": "287608ff3d35f537f5340c7d091c57c46e17a8ac1bd59e903692db29272ba4cd",
+    "0015-prefetch-f16-amd-only.patch": "c5ee79b5252a937a7f123bc418a0b34139e166785d091fc9214416dec08ffd58",
 }
 STAMP = ".mtp_llm_patches"
 
