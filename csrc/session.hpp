@@ -166,8 +166,8 @@ private:
     // Compute threads of each generation round, fewer when the machine is busy (thread_controller.hpp).
     ThreadController threads_{1};
     int32_t threads_set_ = 0, threads_batch_set_ = 0;  // what the contexts are set to (0: their defaults)
-    // This round ran another thread count than the last one, or a probe's: its time is no
-    // steady cost sample for the draft length's controller.
+    // This round tries a thread count once (the thread controller's probe): its time is no
+    // steady cost sample for the draft length's controller, which keeps costs per thread count.
     bool round_is_thread_probe_ = false;
     int32_t round_threads_ = 0;  // compute threads of the round running now
     void use_threads(int32_t n, int32_t n_batch);
