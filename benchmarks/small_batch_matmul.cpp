@@ -22,7 +22,7 @@
 //         $L/libggml-base.a -fopenmp -lpthread -o /tmp/small_batch_matmul
 // Run:
 //   /tmp/small_batch_matmul bench K M TYPE [THREADS=1] [NMAT=1] [REPS=21] [NMAX=8]
-//       TYPE: f16 | q8_0 | q4_0. Compute-bound: K=M=2048 NMAT=1; memory-bound: K=M=4096 NMAT=16.
+//       TYPE: f16 | q8_0 | q4_0 | q4_1. Compute-bound: K=M=2048 NMAT=1; memory-bound: K=M=4096 NMAT=16.
 //       Each rep runs the patched path and the pre-patch path (cplan.use_ref = true) back to back; min over reps.
 //       SMALL_BATCH_REF=1 times only the pre-patch path (e.g. against an unpatched build).
 //   /tmp/small_batch_matmul check      (types x k in {96,256,768,800,2304,4096} x m x n=1..16 x threads 1,2)
@@ -43,6 +43,7 @@ static ggml_type parse_type(const std::string & s) {
     if (s == "f16")  return GGML_TYPE_F16;
     if (s == "q8_0") return GGML_TYPE_Q8_0;
     if (s == "q4_0") return GGML_TYPE_Q4_0;
+    if (s == "q4_1") return GGML_TYPE_Q4_1;
     fprintf(stderr, "unknown type %s\n", s.c_str());
     exit(1);
 }

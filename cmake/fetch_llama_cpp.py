@@ -40,7 +40,7 @@ PATCHES: dict[str, str] = {
     "0010-small-batch-f32-exact.patch": "5a7b45918a5f3dab1cd1f71c0912189a1f18d3a9e015144354e90950ffa503b1",
     "0011-grammar-clone.patch": "0d02e1ca6f4ccd61ea7a8b86c95545e54a9c05fb494af495001d9d6d22120d25",
     "0012-flash-attn-row-invariant.patch": "f1e29a2884bb6f9dc46c465f6e67cba4ae29bb23e69925f93aee78dc1ade38ef",
-    "0013-small-batch-f32-every-cpu.patch": "1c75e00474d60b9dcae8f4e265140ad113b4cfd9ab1fcc234552beee8f85ddfc",
+    "0013-small-batch-f32-every-cpu.patch": "e8e6111ec7ef87bc446a41724fe4c106b509163efa746e34375f8e12c6cbda7e",
     "0014-thread-safe-localtime.patch": "287608ff3d35f537f5340c7d091c57c46e17a8ac1bd59e903692db29272ba4cd",
     "0015-prefetch-f16-amd-only.patch": "c5ee79b5252a937a7f123bc418a0b34139e166785d091fc9214416dec08ffd58",
 }
