@@ -20,8 +20,9 @@ import numpy as np
 from .common import BpeVocab, add_bpe_vocab, finish_file
 
 
-class _Tensors:
-    """Random f32 tensors of one model: embeddings, attention per block, the nextn block's own."""
+class RandomTensors:
+    """Random f32 tensors of one model, by GGUF name (``all``): embeddings, attention and dense FFN per
+    block, the nextn block's own. Also for tests that write other small architectures."""
 
     def __init__(self, seed: int, n_vocab: int, n_embd: int, n_head: int, n_head_kv: int, head_dim: int) -> None:
         self.rng = np.random.default_rng(seed)
@@ -51,8 +52,8 @@ class _Tensors:
                      p + "hnorm.weight": self.ones, p + "shared_head_norm.weight": self.ones}
 
 
-def _write(path: Path, arch: str, vocab: BpeVocab, tensors: _Tensors, *, n_layer: int, n_head: int, n_head_kv: int,
-           n_ff: int, rope_dims: int, keys: dict[str, Any]) -> Path:
+def _write(path: Path, arch: str, vocab: BpeVocab, tensors: RandomTensors, *, n_layer: int, n_head: int,
+           n_head_kv: int, n_ff: int, rope_dims: int, keys: dict[str, Any]) -> Path:
     import gguf
 
     writer = gguf.GGUFWriter(str(path), arch)
@@ -82,7 +83,7 @@ def write_llama_mtp(
 ) -> Path:
     """A llama model of ``n_layer`` blocks plus one nextn block (the built-in model's layout), f32."""
     head_dim = n_embd // n_head
-    t = _Tensors(seed, len(vocab.tokens), n_embd, n_head, n_head_kv, head_dim)
+    t = RandomTensors(seed, len(vocab.tokens), n_embd, n_head, n_head_kv, head_dim)
     for i in range(n_layer + 1):
         t.attention(i)
         t.dense_ffn(i, n_ff)
@@ -100,7 +101,7 @@ def write_glm4moe(
     """A glm4moe model: ``n_dense`` dense blocks, MoE blocks up to ``n_layer``, one MoE nextn block, f32."""
     import gguf
 
-    t = _Tensors(seed, len(vocab.tokens), n_embd, n_head, n_head_kv, head_dim)
+    t = RandomTensors(seed, len(vocab.tokens), n_embd, n_head, n_head_kv, head_dim)
     for i in range(n_layer + 1):
         t.attention(i, bias=True)
         t.all[f"blk.{i}.post_attention_norm.weight"] = t.ones

@@ -282,10 +282,10 @@ def _write_olmo2(path: Path, swa_pattern: list[bool]) -> Path:
     import gguf
 
     from mtp_llm.gguf.common import add_bpe_vocab, finish_file, tiny_vocab
-    from mtp_llm.gguf.mtp_layouts import _Tensors
+    from mtp_llm.gguf.mtp_layouts import RandomTensors
 
     vocab, n_embd, n_ff = tiny_vocab(), 64, 128
-    t = _Tensors(9, len(vocab.tokens), n_embd, 4, 4, 16)
+    t = RandomTensors(9, len(vocab.tokens), n_embd, 4, 4, 16)
     t.all["output.weight"] = t.random(len(vocab.tokens), n_embd)
     for i in range(len(swa_pattern)):
         t.attention(i)
