@@ -35,6 +35,27 @@ TEMPLATES_TRAIN = [
     "What are the main ideas behind {s}?",
 ]
 
+# Session 13: more train templates (none a paraphrase of a held-out one). Their prompts come after the first
+# 5,688 in ``train_prompts()``, shuffled apart, so the indices of gen.jsonl's earlier answers stay valid.
+TEMPLATES_TRAIN_2 = [
+    "Write a short blog post introduction about {s}.",
+    "What are some surprising things about {s}?",
+    "Give me a step-by-step guide related to {s}.",
+    "Write a dialogue between two friends discussing {s}.",
+    "Create a quiz with three questions about {s}.",
+    "Write a tweet about {s}.",
+    "What are the biggest challenges related to {s}?",
+    "Explain {s} using an analogy.",
+    "Write a short speech about {s}.",
+    "What do experts say about {s}?",
+    "Describe {s} in one paragraph.",
+    "Write a list of do's and don'ts about {s}.",
+    "How has {s} changed over time?",
+    "Write a diary entry from someone who loves {s}.",
+    "What are the key terms to know about {s}?",
+    "Write a short news report about {s}.",
+]
+
 TEMPLATES_HELDOUT = [
     "Could you tell me about {s}?",
     "I am curious about {s}. What can you tell me?",
@@ -93,10 +114,13 @@ def _subjects(heldout: bool) -> list[str]:
 
 
 def train_prompts(seed: int = 0) -> list[str]:
-    """Every train template x every train subject, shuffled with ``seed``."""
+    """Every train template x every train subject, shuffled with ``seed`` (5,688), then every session-13
+    template (``TEMPLATES_TRAIN_2``) x every train subject, shuffled apart (3,792; 9,480 in all)."""
     prompts = [t.format(s=s) for s in _subjects(False) for t in TEMPLATES_TRAIN]
     random.Random(seed).shuffle(prompts)
-    return prompts
+    more = [t.format(s=s) for s in _subjects(False) for t in TEMPLATES_TRAIN_2]
+    random.Random(seed + 13).shuffle(more)
+    return prompts + more
 
 
 def heldout_prompts(n: int = 40, seed: int = 1) -> list[str]:

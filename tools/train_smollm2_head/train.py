@@ -23,6 +23,11 @@ trimmed draft vocabulary the built-in model ships): the training softmax (hard a
 exactly these ids instead of the data's tokens, rows whose answer token is not among them are dropped (a trimmed
 head can never draft it), and validation also reports the engine-like acceptance with the argmax over these ids.
 
+Session 13 additions: ``--keep-best`` writes the head of the best VAL so far (n_draft 1 engine-like acceptance,
+trimmed with ``--draft-ids``) to ``WORK/ckpt-NAME-best.pt``; ``--ema DECAY`` keeps an exponential moving average
+of the weights (updated every step, resumed with the checkpoint) and writes it to ``WORK/ckpt-NAME-ema.pt`` at
+every checkpoint (for ``val.py`` / ``export.py --ckpt``).
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/train.py --steps 1500 --threads 2
 """
 
@@ -206,6 +211,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--val-draft", type=int, default=3, help="draft steps of the engine-like validation")
     ap.add_argument("--draft-ids", type=Path, default=None,
                     help="int64 .npy of token ids: softmax over exactly these (the shipped trimmed draft vocabulary)")
+    ap.add_argument("--keep-best", action="store_true",
+                    help="write the head of the best VAL so far (n_draft 1; trimmed with --draft-ids) to "
+                         "WORK/ckpt-NAME-best.pt")
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="DECAY: keep an exponential moving average of the weights, WORK/ckpt-NAME-ema.pt")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     weights = [float(w) for w in args.step_weights.split(",")]
@@ -232,23 +242,34 @@ def main(argv: list[str] | None = None) -> None:
     ckpt = work / f"ckpt{sfx}.pt"
     rng = np.random.default_rng(args.seed)
     elapsed0 = 0.0  # training seconds before this process (resume)
+    best = -1.0
+    ema = None
     if ckpt.exists():
         ck = torch.load(ckpt, map_location="cpu", weights_only=False)
         head.load_state_dict(ck["head"])
         opt.load_state_dict(ck["opt"])
         step = ck["step"]
         elapsed0 = ck.get("elapsed", 0.0)
+        best = ck.get("best", -1.0)
+        ema = ck.get("ema")
         rng = np.random.default_rng([args.seed, step])
         say(f"resumed at step {step}")
     elif args.init is not None:
         head.load_state_dict(torch.load(args.init, map_location="cpu", weights_only=False)["head"])
         say(f"initial head from {args.init}")
+    if args.ema > 0 and ema is None:
+        ema = {k: v.detach().clone().float() for k, v in head.state_dict().items()}
+
+    def write(path: Path, obj: dict) -> None:
+        tmp = path.with_suffix(".tmp")
+        torch.save(obj, tmp)
+        tmp.replace(path)
 
     def save() -> None:
-        tmp = ckpt.with_suffix(".tmp")
-        torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args),
-                    "elapsed": elapsed0 + time.time() - t0}, tmp)
-        tmp.replace(ckpt)
+        write(ckpt, {"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "args": vars(args),
+                     "elapsed": elapsed0 + time.time() - t0, "best": best, "ema": ema})
+        if ema is not None:
+            write(work / f"ckpt{sfx}-ema.pt", {"head": ema, "step": step, "args": vars(args), "ema": args.ema})
 
     seqs = load_shards(hidden_dir(work))
     heldout = load_shards(hidden_dir(work, "heldout"))[: args.heldout]
@@ -305,6 +326,13 @@ def main(argv: list[str] | None = None) -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
+        if ema is not None:
+            with torch.no_grad():
+                for k, v in head.state_dict().items():
+                    if v.is_floating_point():
+                        ema[k].mul_(args.ema).add_(v.float(), alpha=1 - args.ema)
+                    else:
+                        ema[k] = v.clone()
         step += 1
         n_rows += rows
         if step % 2 == 0:
@@ -335,6 +363,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"{sims[nd_max]['tokens_per_verify']:.2f} tokens/verify{trim}")
             (work / f"val{sfx}.json").write_text(json.dumps({"step": step, "ce": ce, "acc": acc, "simulated": sims,
                                                              "simulated_trimmed": sims_t}) + "\n")
+            score = (sims_t or sims)[1]["acceptance"]
+            if args.keep_best and score > best:
+                best = score
+                write(work / f"ckpt{sfx}-best.pt", {"head": head.state_dict(), "step": step, "args": vars(args),
+                                                    "val": score})
+                save()  # the checkpoint remembers the best score (resume)
+                say(f"best so far: step {step} ({score:.4f})")
         if time.time() - t0 > args.time_limit:
             save()
             say("time limit reached")

@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heldout", type=int, default=60)
     ap.add_argument("--draft", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hidden-dir", type=Path, default=None,
+                    help="validate on these shards instead of WORK/hidden-heldout/ (session 13: unseen train "
+                         "lines); --heldout still caps the sequences")
     ap.add_argument("--draft-ids", type=Path, default=None,
                     help="also the engine-like acceptance of the head trimmed to these ids (int64 .npy)")
     args = ap.parse_args(argv)
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     head = Head(initial_tensors(source))
     ck = torch.load(args.ckpt, map_location="cpu", weights_only=False)
     head.load_state_dict(ck["head"])
-    val = load_shards(hidden_dir(args.work_dir, "heldout"))[: args.heldout]
+    val = load_shards(args.hidden_dir or hidden_dir(args.work_dir, "heldout"))[: args.heldout]
     weights = [1.0] * args.draft
     with torch.no_grad():
         res = [batch_loss(head, E, val[i : i + 8], weights, 320) for i in range(0, len(val), 8)]
