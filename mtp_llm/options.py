@@ -119,7 +119,7 @@ class SessionOptions:
     """Grammar-aware drafting under a call's grammar (``grammar``, a JSON schema, a forced tool
     call): where the grammar admits only one continuation for the next characters (keys,
     punctuation, the rest of an enum value), those characters are drafted without a head pass
-    (jump-forward as drafts; up to 8 a pass whatever ``n_draft``, which bounds the head's
+    (jump-forward as drafts; up to 7 a pass whatever ``n_draft``, which bounds the head's
     drafts), spelt as the model writes them (learnt per session from the drafts it rejects);
     elsewhere the head drafts among the tokens the grammar allows, and text forced after its
     draft extends it. The target verifies every draft as usual: output is unchanged. With the

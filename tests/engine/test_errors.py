@@ -194,13 +194,8 @@ MUTATION_RUNNER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("model_name", ["random", "hybrid", "glm4-nextn", "llama-mtp", "glm4moe"])
-def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
-    """Loading a GGUF is loading untrusted input: structure-aware mutations of a real file
-    (150, fixed seed) each load and generate, or raise an MTPError; none takes the process down."""
-    from mtp_llm.gguf.fuzz import mutate_gguf
-
-    paths = mutate_gguf(tiny_paths[model_name], tmp_path, count=150, seed=2026)
+def assert_every_mutant_survives(paths: list[Path]) -> None:
+    """Runs MUTATION_RUNNER over the mutants in one child process: each loads and generates or raises an MTPError."""
     proc = subprocess.run(
         [sys.executable, "-c", MUTATION_RUNNER, *map(str, paths)], capture_output=True, text=True, timeout=300,
     )
@@ -208,6 +203,16 @@ def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: P
     assert proc.returncode == 0 and lines[-1] == "done", (
         f"mutant {lines[-1] if lines else '?'} killed the process (rc={proc.returncode}): {proc.stderr[-1500:]}"
     )
+
+
+@pytest.mark.parametrize("model_name", ["random", "hybrid", "glm4-nextn", "llama-mtp", "glm4moe"])
+def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
+    """Loading a GGUF is loading untrusted input: structure-aware mutations of a real file
+    (150, fixed seed) each load and generate, or raise an MTPError; none takes the process down."""
+    from mtp_llm.gguf.fuzz import mutate_gguf
+
+    paths = mutate_gguf(tiny_paths[model_name], tmp_path, count=150, seed=2026)
+    assert_every_mutant_survives(paths)
 
 
 @pytest.mark.parametrize(
@@ -256,13 +261,7 @@ def test_metadata_mutants_of_every_mtp_layout_never_abort(model_name: str, tiny_
     else:
         src = tiny_paths[model_name]
     paths = mutate_metadata(src, tmp_path, count=100, seed=2027)
-    proc = subprocess.run(
-        [sys.executable, "-c", MUTATION_RUNNER, *map(str, paths)], capture_output=True, text=True, timeout=300,
-    )
-    lines = proc.stdout.split()
-    assert proc.returncode == 0 and lines[-1] == "done", (
-        f"mutant {lines[-1] if lines else '?'} killed the process (rc={proc.returncode}): {proc.stderr[-1500:]}"
-    )
+    assert_every_mutant_survives(paths)
 
 
 @pytest.mark.parametrize("value", [5, 7, 65536, 2**32 - 1])
