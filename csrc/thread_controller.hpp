@@ -6,7 +6,8 @@
 // 2-thread decode beside one busy process ran 7x slower than a 1-thread one. So the
 // session keeps a decayed average of the verify decode's time per thread count and batch
 // size, tries the other counts in short probes at doubling intervals (and at once when
-// decodes turn much slower than usual), and switches when another count is clearly faster.
+// most recent decodes are much slower than the count's time at the last probe), and
+// switches when another count is clearly faster.
 // Outputs do not depend on the count (ggml's CPU ops split rows between threads).
 #pragma once
 
@@ -34,6 +35,7 @@ private:
         std::array<int32_t, kBuckets> n{};
     };
     void end_probe();
+    void rebase();
 
     std::vector<int32_t> candidates_;
     std::vector<Times> times_;
@@ -41,11 +43,16 @@ private:
     std::size_t trying_ = 0;       // the candidate of the running probe
     std::size_t next_try_ = 1;     // the candidate the next probe tries
     int32_t probe_left_ = 0;  // decodes left in the running probe
+    bool probe_on_slowdown_ = false;  // the running probe began because decodes turned slow
     bool try_all_next_ = false;  // fewer threads in use: probes alternate all threads and the others
     int32_t last_threads_ = 0;
     int32_t since_probe_;
     int32_t interval_;
-    int32_t slow_run_ = 0;    // consecutive decodes much slower than their average
+    // The current count's times when a probe last ended (or when first measured): what
+    // "usual" means for the slowdown check. The decayed average cannot serve: it follows a
+    // slowdown within a few decodes, before enough of them were seen to call it one.
+    std::array<double, kBuckets> reference_{};
+    uint32_t slow_history_ = 0;  // bit i: the i-th latest decode of the current count was slow
 };
 
 }  // namespace mtp
