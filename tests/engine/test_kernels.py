@@ -1,10 +1,11 @@
-"""The CPU kernels of the ggml patch set (patches/llama.cpp/0001-0004) against a double-precision reference.
+"""The CPU kernels of the ggml patch set (patches/llama.cpp) against a double-precision reference.
 
 `benchmarks/small_batch_matmul.cpp check` is compiled against the static ggml libraries this package was built
 with and multiplies f32 / f16 / q8_0 / q4_0 / q4_1 weights by 1..16 activation columns (the one-row path of plain decoding
 and every verify width), 1 and 2 threads, odd block counts and row counts that no tile divides. A patch that
 prefetches the wrong rows or splits the rows between threads wrongly shows up here as a wrong product, before
-any model test sees a changed token.
+any model test sees a changed token. Other CPUs' builds run it too: `scripts/check_avx2.sh` (AVX2-only x86) and
+`scripts/check_aarch64.sh` (aarch64 cross-build under qemu-user).
 """
 
 from __future__ import annotations
@@ -46,15 +47,18 @@ def _ggml_static_libs() -> tuple[Path, list[Path]]:
 
 def test_patched_matmul_kernels_match_a_double_precision_reference(tmp_path: Path) -> None:
     include, libs = _ggml_static_libs()
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    assert cxx, "a C++ compiler is needed to build the kernel check"
+    # Another CPU's build (scripts/check_aarch64.sh): its compiler and how to run its binaries (qemu-user).
+    cross = os.environ.get("MTP_LLM_KERNEL_CXX", "").split()
+    cxx = cross or [os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or ""]
+    assert cxx[0], "a C++ compiler is needed to build the kernel check"
     exe = tmp_path / "small_batch_matmul"
     subprocess.run(
-        [cxx, "-O2", "-std=c++17", str(HARNESS), f"-I{include}", "-Wl,--start-group", *map(str, libs),
+        [*cxx, "-O2", "-std=c++17", str(HARNESS), f"-I{include}", "-Wl,--start-group", *map(str, libs),
          "-Wl,--end-group", "-lpthread", "-o", str(exe)],
         check=True,
     )
-    out = subprocess.run([str(exe), "check"], capture_output=True, text=True, timeout=600)
+    runner = os.environ.get("MTP_LLM_KERNEL_RUNNER", "").split()
+    out = subprocess.run([*runner, str(exe), "check"], capture_output=True, text=True, timeout=1800)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "check: all passed" in out.stdout
     errors = {
@@ -69,4 +73,7 @@ def test_patched_matmul_kernels_match_a_double_precision_reference(tmp_path: Pat
     # (q8_0/q4_0 integer) or f16-rounded products: 1e-6 to 1e-5 of the largest result
     # (q4_1 x q8_1 adds m_x * s_y with s_y = d_y * sum(q_y) stored in f16: ggml's own one-column path is ~1e-2 off
     # the double product there, and the patched kernel equals that path bit for bit, checked above)
-    assert all(err < 5e-5 for kind, err in errors.items() if kind != "q4_1"), errors
+    # (f16 on ARM with half-precision vector arithmetic: ggml's own f16 dot product accumulates in f16, ~1e-1 off
+    # the double product at k = 4096 before any patch; scripts/check_aarch64.sh says so, and "all passed" bounds it)
+    loose = {"q4_1"} | ({"f16"} if os.environ.get("MTP_LLM_KERNEL_F16_HALF_ACCUMULATION") else set())
+    assert all(err < 5e-5 for kind, err in errors.items() if kind not in loose), errors
