@@ -44,6 +44,7 @@ PATCHES: dict[str, str] = {
     "0014-thread-safe-localtime.patch": "287608ff3d35f537f5340c7d091c57c46e17a8ac1bd59e903692db29272ba4cd",
     "0015-prefetch-f16-amd-only.patch": "c5ee79b5252a937a7f123bc418a0b34139e166785d091fc9214416dec08ffd58",
     "0016-exact-columns-every-cpu.patch": "4ddcb8ee1f6ae0e4468478eb67bad02765dd7bee68418cd2ee4dc6ed9c6894a4",
+    "0017-q4-1-verify-fewer-instructions.patch": "156fd1995d4a88d7158a8bf2be31e183fec87553b41a05fb323962d5735a76ed",
 }
 STAMP = ".mtp_llm_patches"
 

@@ -316,6 +316,7 @@ PYBIND11_MODULE(_core, m) {
         .def("observe_cost", &mtp::DraftController::observe_cost, py::arg("drafted"), py::arg("streams"), py::arg("us"),
              py::arg("head_us"), py::arg("resumed") = false, py::arg("threads") = 0)
         .def("interrupt", &mtp::DraftController::interrupt)
+        .def("skip_round", &mtp::DraftController::skip_round)
         .def("estimates", &mtp::DraftController::estimates);
 
     // What the automatic draft length has learnt (mtp_llm.stats.DraftControllerEstimates reads it by field name).

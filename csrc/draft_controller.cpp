@@ -184,6 +184,11 @@ void DraftController::interrupt() {
     }
 }
 
+void DraftController::skip_round() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    previous_ = -1;
+}
+
 void DraftController::observe(int32_t drafted, int32_t accepted, int64_t us, int64_t head_us, bool resumed) {
     std::lock_guard<std::mutex> lock(mutex_);
     observe_acceptance_locked(drafted, accepted);

@@ -55,6 +55,9 @@ public:
                       int32_t threads = 0);
     // The next iteration does not follow the last observed one (a new call).
     void interrupt();
+    // A round that is no cost sample and leaves the next one unsteady (a probe of another
+    // thread count: the round after it re-wakes a pool of another size).
+    void skip_round();
 
     ControllerEstimates estimates() const;  // any thread
 

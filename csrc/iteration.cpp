@@ -138,7 +138,11 @@ void Session::speculative_iteration(std::vector<Slot *> & slots) {
 // drafted the same length for it (all on "auto", none forced by a grammar, none
 // waiting for a replay): that is the shape its choice applies to.
 void Session::observe_round_cost(size_t streams) {
-    if (round_observations_.empty() || round_observations_.size() != streams || round_is_thread_probe_) {
+    if (round_is_thread_probe_) {
+        controller_.skip_round();
+        return;
+    }
+    if (round_observations_.empty() || round_observations_.size() != streams) {
         return;
     }
     const Slot::Call::Observation & first = round_observations_.front();

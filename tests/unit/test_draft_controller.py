@@ -198,3 +198,17 @@ def test_controller_on_the_built_in_models_recorded_drafts() -> None:
         assert max(fixed) == fixed[1]
         assert auto >= 0.96 * fixed[1], (seed, auto, fixed, lengths)
         assert lengths[1] > 3 * lengths[0], lengths
+
+
+def test_a_round_after_a_thread_probe_is_no_cost_sample() -> None:
+    """The session skips a thread-count probe round; the round after it (a pool of another size
+    wakes) must not be taken as a steady time of its length either."""
+    c = _core.DraftController(4)
+    drive(c, 100, lambda k: 1000 + 150 * k, lambda k, i: k)
+    k = c.choose(4)
+    before = c.estimates().iteration_us[k]
+    c.skip_round()  # a probe round: not observed
+    c.observe(k, k, int(2 * before), 100 * k, False)  # twice as slow: the switch back, not the length
+    assert c.estimates().iteration_us[k] == pytest.approx(before)
+    c.observe(k, k, int(2 * before), 100 * k, False)  # a steady slow round counts
+    assert c.estimates().iteration_us[k] > before
