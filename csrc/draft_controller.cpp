@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
 
 namespace mtp {
 
@@ -41,8 +44,35 @@ DraftController::Costs & DraftController::costs_of(Shape shape) {
             return t;
         }
     }
-    costs_.push_back(Costs{shape, std::vector<double>((size_t) n_max_ + 1, 0.0),
-                           std::vector<int32_t>((size_t) n_max_ + 1, 0), 0.0});
+    Costs made{shape, std::vector<double>((size_t) n_max_ + 1, 0.0), std::vector<int32_t>((size_t) n_max_ + 1, 0),
+               std::vector<bool>((size_t) n_max_ + 1, false), 0.0};
+    // A number of streams not seen yet (calls start and end) starts from the nearest one measured on the
+    // same thread count: its times are a far better guess than none, which would cost plain rounds and
+    // bursts at every length before the first choice; each is replaced by this shape's first steady time.
+    // (Of two as near, the one of more streams: its longer verifies make the guess the cautious one.)
+    const Costs * nearest = nullptr;
+    for (const Costs & t : costs_) {
+        if (t.shape.threads != shape.threads || t.n[0] < kMinPlainSamples) {
+            continue;
+        }
+        const int32_t d = std::abs(t.shape.streams - shape.streams);
+        const int32_t best = nearest ? std::abs(nearest->shape.streams - shape.streams) : INT32_MAX;
+        if (d < best || (d == best && t.shape.streams > nearest->shape.streams)) {
+            nearest = &t;
+        }
+    }
+    if (nearest != nullptr) {
+        for (int32_t k = 0; k <= n_max_; ++k) {
+            const int32_t needed = k == 0 ? kMinPlainSamples : kMinSamples;
+            if (nearest->n[k] >= needed) {
+                made.us[k] = nearest->us[k];
+                made.n[k] = needed;
+                made.seeded[k] = true;
+            }
+        }
+        made.head_step_us = nearest->head_step_us;
+    }
+    costs_.push_back(std::move(made));
     return costs_.back();
 }
 
@@ -246,7 +276,10 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     // a bounded step.
     double & c = t.us[drafted];
     const bool known = t.n[drafted] >= (drafted == 0 ? kMinPlainSamples : kMinSamples);
-    if (t.n[drafted] == 0) {
+    if (t.seeded[drafted]) {
+        t.seeded[drafted] = false;
+        c = (double) us;
+    } else if (t.n[drafted] == 0) {
         c = (double) us;
     } else if (!known) {
         c = std::min(c, (double) us);

@@ -73,9 +73,10 @@ private:
         Shape shape;
         std::vector<double> us;
         std::vector<int32_t> n;
+        std::vector<bool> seeded;  // [k]: copied from another number of streams; the first steady time replaces it
         double head_step_us = 0.0;
     };
-    Costs & costs_of(Shape shape);  // made on first use (mutex_ held)
+    Costs & costs_of(Shape shape);  // made on first use, seeded from the nearest shape (mutex_ held)
     Costs & costs();              // the current shape's (mutex_ held)
     const Costs & costs() const;
     void observe_acceptance_locked(int32_t drafted, int32_t accepted);

@@ -212,3 +212,22 @@ def test_a_round_after_a_thread_probe_is_no_cost_sample() -> None:
     assert c.estimates().iteration_us[k] == pytest.approx(before)
     c.observe(k, k, int(2 * before), 100 * k, False)  # a steady slow round counts
     assert c.estimates().iteration_us[k] > before
+
+
+def test_a_new_number_of_streams_starts_from_the_nearest_measured_one() -> None:
+    """Issue 32: calls start and end, so a session meets 3 streams between 2 and 4. Its first
+    choice comes from the nearest measured table on the same thread count (no plain rounds and
+    no bursts at every length first), and its own steady times replace the copied ones."""
+    def cost(k: int, streams: int) -> float:
+        return 1000 + 300 * k + 200 * k * k if streams >= 3 else 1000 + 150 * k
+
+    c = _core.DraftController(4)
+    drive_streams(c, 200, 2, cost)
+    drive_streams(c, 300, 4, cost)
+    assert c.estimates().iteration_us[:3] == pytest.approx([1000, 1500, 2400])
+    three = drive_streams(c, 100, 3, cost)
+    assert three[0] == 1 and three[:10].count(1) >= 7, three  # four streams' best length at once
+    assert three[-50:].count(1) >= 40, three
+    assert c.estimates().streams == 3 and c.estimates().iteration_us[1] == pytest.approx(1500)
+    fresh = drive_streams(c, 60, 3, cost, threads=1)  # another thread count: nothing to start from
+    assert fresh[:3] == [0, 0, 0], fresh
