@@ -280,7 +280,7 @@ def write_head(
 
 HEAD_FILE = Path(__file__).parent / "models" / "smollm2-135m-mtp-head.gguf"
 """The trained head the package ships (``tools/train_smollm2_head``)."""
-HEAD_SHA256 = "c742ec86ed7b6e96599e3297a3ffa4acfbc7f061e4ba49339a00c75d4baffc02"
+HEAD_SHA256 = "120e2014fa5445014641bb6e3daf6468a00b4963a5a8d2e1d9bc8e52a330f838"
 """sha256 of :data:`HEAD_FILE`; empty while no trained head is shipped."""
 
 
