@@ -1,5 +1,6 @@
 // Thin pybind11 layer over the engine: argument conversion, GIL release,
 // error translation. No logic lives here.
+#include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -302,7 +303,9 @@ PYBIND11_MODULE(_core, m) {
     // The adaptive thread count's and the automatic draft length's policies on their own,
     // for tests that feed them exact times.
     py::class_<mtp::ThreadController>(m, "ThreadController")
-        .def(py::init<int32_t, bool>(), py::arg("n_threads"), py::arg("adaptive") = true)
+        .def(py::init<int32_t, bool, int32_t, int32_t>(), py::arg("n_threads"), py::arg("adaptive") = true,
+             py::arg("cores") = 0, py::arg("others_running") = 0)
+        .def("set_load_reader", &mtp::ThreadController::set_load_reader, py::arg("others_running"), py::arg("cores"))
         .def("choose", &mtp::ThreadController::choose)
         .def("observe", &mtp::ThreadController::observe, py::arg("rows"), py::arg("us"))
         .def_property_readonly("current", &mtp::ThreadController::current);

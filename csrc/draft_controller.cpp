@@ -22,7 +22,10 @@ constexpr double kPriorAccepted = 0.5;     // prior acceptance, worth one observ
 constexpr int32_t kProbeMin = 32;          // plain tokens before the first probe
 constexpr int32_t kProbeMax = 1024;        // longest interval between probes
 constexpr int32_t kBurstIterations = 3;    // iterations of each probe or try of another length
-constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of a neighbouring length
+constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of a neighbouring length...
+constexpr int32_t kExploreMax = 256;       // ...doubling up to this while each try finds the neighbour clearly worse
+constexpr double kClearlyWorse = 0.9;      // a neighbour below this share of the best rate is clearly worse
+constexpr double kProbeMemory = 3.0;       // a probe weighs the acceptance evidence before it as this many observations
 
 }  // namespace
 
@@ -33,7 +36,8 @@ DraftController::DraftController(int32_t n_max)
       fast_num_((size_t) n_max, kPriorAccepted),
       fast_den_((size_t) n_max, 1.0),
       acc_seen_((size_t) n_max, false),
-      probe_interval_(kProbeMin) {
+      probe_interval_(kProbeMin),
+      explore_every_(kExploreEvery) {
     costs();
 }
 
@@ -90,7 +94,9 @@ const DraftController::Costs & DraftController::costs() const {
 
 double DraftController::acceptance(int32_t i, bool optimistic) const {
     if (optimistic && !acc_seen_[i]) {
-        return 1.0;
+        // A position never drafted is taken to accept like the one before it (a chain's acceptance given
+        // the drafts before it varies little from position to position), or every draft before any was seen.
+        return i == 0 ? 1.0 : acceptance(i - 1, true);
     }
     return acc_num_[i] / acc_den_[i];
 }
@@ -117,7 +123,10 @@ double DraftController::cost(int32_t k) const {
     while (j > 0 && !measured(j)) {
         --j;
     }
-    return t.us[j] + (k - j) * t.head_step_us;
+    // Each draft beyond j adds a head step and a verify row: at least the mean growth per draft up to j
+    // (lengths cost ever more per draft as the verify batch grows), and at least a head step.
+    const double per_draft = j > 0 ? std::max(t.head_step_us, (t.us[j] - t.us[0]) / j) : t.head_step_us;
+    return t.us[j] + (k - j) * per_draft;
 }
 
 int32_t DraftController::best_measured(int32_t limit, double & rate) const {
@@ -156,10 +165,17 @@ int32_t DraftController::decide(int32_t limit) {
         burst_is_probe_ = false;
         probe_interval_ = best == 0 ? std::min(2 * probe_interval_, kProbeMax) : kProbeMin;
     }
-    for (int32_t k = 1; k <= limit; ++k) {
-        if (!measured(k) && expected_tokens(k, true) / cost(k) > best_rate) {
-            return start_burst(k, kBurstIterations, false);
-        }
+    if (burst_is_explore_) {
+        burst_is_explore_ = false;
+        const bool worse = !measured(burst_length_) ||
+                           expected_tokens(burst_length_, false) / costs().us[burst_length_] < kClearlyWorse * best_rate;
+        explore_every_ = worse ? std::min(2 * explore_every_, kExploreMax) : kExploreEvery;
+    }
+    // One draft more than the best is tried while it is not measured and could beat it (a length two
+    // beyond the best can only win where the one between would: E(k) grows ever slower, T(k) no slower).
+    const int32_t next = best + 1;
+    if (next <= limit && !measured(next) && expected_tokens(next, true) / cost(next) > best_rate) {
+        return start_burst(next, kBurstIterations, false);
     }
     if (best == 0) {
         if (plain_run_ < probe_interval_) {
@@ -176,14 +192,23 @@ int32_t DraftController::decide(int32_t limit) {
             }
         }
         plain_run_ = 0;
+        // The probe is judged on what it sees: evidence from before the plain stretch (a text that has
+        // since moved on, and often the first drafts of an answer, the hardest) must not outvote it.
+        for (int32_t i = 0; i < n_max_; ++i) {
+            if (acc_den_[i] > kProbeMemory) {
+                acc_num_[i] *= kProbeMemory / acc_den_[i];
+                acc_den_[i] = kProbeMemory;
+            }
+        }
         return start_burst(probe, kBurstIterations, true);
     }
     // Lengths not in use are measured again now and then, one step up or down in
     // turn: costs drift (the context grows, the machine's load changes) and plain
     // decoding's own time is the baseline of every choice.
-    if (++since_explore_ >= kExploreEvery) {
+    if (++since_explore_ >= explore_every_) {
         since_explore_ = 0;
         explore_down_ = !explore_down_ || best == limit;
+        burst_is_explore_ = true;
         return start_burst(explore_down_ ? best - 1 : best + 1, kBurstIterations, false);
     }
     return best;

@@ -10,12 +10,15 @@
 // accepted, a decayed average over observations (and over plain tokens, so that
 // evidence goes stale while nothing is drafted); a short-memory average beside it
 // replaces it when the two disagree widely (the text changed), and a new call keeps
-// only part of it (a new text). Lengths never measured are tried
-// when an optimistic bound says they could beat the best measured one (a_i = 1 at
-// positions never observed; T grows by at least one head step per draft). When plain
-// decoding wins, short probes at doubling intervals (in tokens) check whether that
-// is still true, so the cost of looking stays a bounded share of the decode. T(k) is
-// measured only on iterations that follow one of the same length (steady state).
+// only part of it (a new text). The length one above the best measured is tried when
+// a bound says it could beat it (a position never observed accepts like the one before;
+// T grows per draft at least as fast as it did up to the longest measured length). When
+// plain decoding wins, short probes at doubling intervals (in tokens) check whether that
+// is still true, so the cost of looking stays a bounded share of the decode; a probe
+// weighs the evidence from before it as a few observations, so that an answer's first
+// drafts cannot outvote it. Neighbouring lengths are re-measured every 32 drafting
+// iterations, less often while they stay clearly worse. T(k) is measured only on
+// iterations that follow one of the same length (steady state).
 #pragma once
 
 #include <cstdint>
@@ -106,6 +109,8 @@ private:
     int32_t previous_ = -1;       // length of the last observed iteration (-1: none, or a new call)
     Shape previous_shape_{0, 0};
     int32_t since_explore_ = 0;   // drafting iterations since trying a neighbouring length
+    int32_t explore_every_;       // drafting iterations between such tries (longer while they find nothing)
+    bool burst_is_explore_ = false;
     bool explore_down_ = false;   // the last try was one draft fewer
     int32_t choice_ = 0;
 };

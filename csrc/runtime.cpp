@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -150,6 +151,30 @@ int64_t now_us() { return ggml_time_us(); }
 int32_t default_threads() {
     const unsigned hc = std::thread::hardware_concurrency();
     return hc == 0 ? 4 : (int32_t) hc;
+}
+
+int32_t other_runnable_threads(int32_t readings) {
+    // The least of a few readings: a thread that runs for a moment is not a busy machine.
+    int least = INT32_MAX;
+    for (int32_t reading = 0; reading < std::max(1, readings); ++reading) {
+        if (reading > 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        std::FILE * f = std::fopen("/proc/stat", "r");
+        if (f == nullptr) {
+            return 0;
+        }
+        char line[256];
+        int running = 0;
+        while (std::fgets(line, sizeof line, f) != nullptr) {
+            if (std::sscanf(line, "procs_running %d", &running) == 1) {
+                break;
+            }
+        }
+        std::fclose(f);
+        least = std::min(least, running);
+    }
+    return std::max(0, least - 1);
 }
 
 bool has_accelerator() {

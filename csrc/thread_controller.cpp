@@ -20,11 +20,12 @@ constexpr int32_t kSlowCount = 6;        // ...at least this many times: probe n
 constexpr int32_t kReferenceAfter = 4;   // steady decodes before a count's first reference
 constexpr double kBetter = 0.9;          // another count must be this much faster to take over
 constexpr double kGiveUp = 1.5;          // a probe decode this much slower than the current count's ends the probe
-constexpr int32_t kFirstProbe = 8;       // decodes before the first probe (a busy machine shows at once)
+constexpr int32_t kFirstProbe = 4;       // decodes before the first probe (a busy machine shows at once)
+constexpr double kProbeShare = 0.05;     // a failed probe's slow decode may cost at most this share of the interval
 
 }  // namespace
 
-ThreadController::ThreadController(int32_t n_threads, bool adaptive)
+ThreadController::ThreadController(int32_t n_threads, bool adaptive, int32_t cores, int32_t others_running)
     : since_probe_(kProbeMin - kFirstProbe), interval_(kProbeMin) {
     const int32_t n = std::max(1, n_threads);
     for (int32_t c : {n, adaptive ? n - 1 : n, adaptive ? (n + 1) / 2 : n, adaptive ? 1 : n}) {
@@ -33,6 +34,22 @@ ThreadController::ThreadController(int32_t n_threads, bool adaptive)
         }
     }
     times_.resize(candidates_.size());
+    // A machine already busy: a decode on every thread waits for the ones descheduled (beside one
+    // busy process a 2-thread prompt took 790 ms against 210 on one thread), so start with the
+    // count that fits; a probe of all threads after the usual interval (not the first few decodes:
+    // the machine was seen busy) switches back if it has turned quiet.
+    if (cores > 0 && n + others_running > cores) {
+        const int32_t fits = std::max(1, cores - others_running);
+        while (current_ + 1 < candidates_.size() && candidates_[current_] > fits) {
+            ++current_;
+        }
+        since_probe_ = 0;
+    }
+}
+
+void ThreadController::set_load_reader(std::function<int32_t()> others_running, int32_t cores) {
+    others_running_ = std::move(others_running);
+    cores_ = cores;
 }
 
 int32_t ThreadController::choose() {
@@ -48,6 +65,12 @@ int32_t ThreadController::choose() {
         } else {
             trying_ = next_try_ == current_ ? (next_try_ + 1) % candidates_.size() : next_try_;
             next_try_ = (trying_ + 1) % candidates_.size();
+        }
+        // More threads beside work that holds the cores they need: one such decode took 0.5-2 s against
+        // 10 ms on one thread (2-core AMD EPYC under KVM, a nice-10 job beside it). Look again next time.
+        if (trying_ < current_ && others_running_ && cores_ > 0 &&
+            candidates_[trying_] + others_running_() > cores_) {
+            return candidates_[current_];
         }
         probe_on_slowdown_ = turned_slow;
         probe_left_ = turned_slow ? kProbeDecodesOnSlowdown : kProbeDecodes;
@@ -70,7 +93,11 @@ void ThreadController::observe(int32_t rows, int64_t us) {
     if (c != current_ && !probe_on_slowdown_ && times_[current_].n[b] > 0 &&
         x > kGiveUp * times_[current_].us[b]) {
         probe_left_ = 0;  // far slower, switch or not: one such decode is enough to know
-        interval_ = std::min(2 * interval_, current_ == 0 ? kProbeMax : kProbeMaxReduced);
+        // On a 2-core machine beside one busy process a 2-thread decode took 17x a 1-thread one
+        // (AMD EPYC under KVM): probes every 32 decodes would double the time.
+        const int32_t cap = current_ == 0 ? kProbeMax : kProbeMaxReduced;
+        const double ratio = x / times_[current_].us[b];
+        interval_ = std::min(std::max(2 * interval_, (int32_t) (ratio / kProbeShare)), cap);
         rebase();
         return;
     }

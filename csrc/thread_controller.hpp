@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace mtp {
@@ -22,7 +23,13 @@ class ThreadController {
 public:
     // n_threads: the session's thread count, the first choice; the others tried
     // (`adaptive`) are n - 1, (n + 1) / 2 and 1. Not adaptive: always n_threads.
-    explicit ThreadController(int32_t n_threads, bool adaptive = true);
+    // `cores` and `others_running` (threads of other work ready to run at the start): where they
+    // would share cores with n_threads, the first choice is the largest count that fits beside them.
+    explicit ThreadController(int32_t n_threads, bool adaptive = true, int32_t cores = 0, int32_t others_running = 0);
+
+    // Where the machine's load can be read (threads of other work ready to run): a probe of more
+    // threads than those in use is skipped while they would not fit beside that work.
+    void set_load_reader(std::function<int32_t()> others_running, int32_t cores);
 
     int32_t choose();                        // threads for the next round's decodes
     void observe(int32_t rows, int64_t us);  // that round's verify decode: `rows` rows took `us`
@@ -53,6 +60,8 @@ private:
     // slowdown within a few decodes, before enough of them were seen to call it one.
     std::array<double, kBuckets> reference_{};
     uint32_t slow_history_ = 0;  // bit i: the i-th latest decode of the current count was slow
+    std::function<int32_t()> others_running_;
+    int32_t cores_ = 0;
 };
 
 }  // namespace mtp

@@ -1,5 +1,6 @@
 """Type stubs for the native engine module (kept in sync by tests/test_package.py)."""
 
+from collections.abc import Callable
 from typing import Any
 
 MAX_DRAFT_POSITIONS: int
@@ -97,7 +98,8 @@ class Model:
 class ThreadController:
     """The adaptive thread count's policy (csrc/thread_controller.hpp)."""
 
-    def __init__(self, n_threads: int, adaptive: bool = True) -> None: ...
+    def __init__(self, n_threads: int, adaptive: bool = True, cores: int = 0, others_running: int = 0) -> None: ...
+    def set_load_reader(self, others_running: Callable[[], int], cores: int) -> None: ...
     def choose(self) -> int: ...
     def observe(self, rows: int, us: int) -> None: ...
     @property

@@ -179,11 +179,16 @@ def test_controller_prices_the_shape_a_switch_comes_from_apart() -> None:
 
 def test_controller_on_the_built_in_models_recorded_drafts() -> None:
     """Where the built-in model's trimmed head drafts the target's next token, recorded on four chat
-    answers (``benchmarks/draft_trace.py record``: acceptance 0.28-0.42 per answer, no correlation
-    between neighbours), replayed with its measured costs (n_draft 1 = 1.22 plain passes, 2 = 1.71)
-    and 10% noise: a margin of 15% for n_draft 1 over plain that the automatic length must keep.
-    (Before the acceptance evidence was kept longer it decoded plainly in 40-60% of the rounds,
-    0.95-0.96x the best fixed length.)"""
+    answers (``benchmarks/draft_trace.py record``: acceptance 0.39-0.53 per answer, in runs: ten
+    rejections in a row near the start of "Why is the sky blue?"), replayed with the costs measured on
+    two machines (n_draft 1 = 1.22 plain passes and 2 = 1.71 on an Intel Xeon; 1.10 and 1.48 on an AMD
+    EPYC), 10% noise and the later positions accepted 0.53 given the one before (the head's ratio of
+    neighbours in evaluate.py): n_draft 1 is the best fixed length, 1.18x and 1.30x plain decoding.
+    Over many calls auto must keep >= 0.985x of it (0.98x before session 15's controller changes:
+    a neighbouring length tried every 32 iterations, and two lengths up tried on small samples);
+    on the first call of a fresh session (the main job) >= 0.96x on average (0.974-0.975x; 0.954x before
+    on the EPYC costs: the evidence of an answer's first, hardest drafts outvoted the probes that
+    followed)."""
     import json
     from pathlib import Path
 
@@ -191,13 +196,22 @@ def test_controller_on_the_built_in_models_recorded_drafts() -> None:
 
     data = json.loads((Path(__file__).parent / "data" / "smollm2_first_drafts.json").read_text())
     traces = data["first_draft_accepted"]
-    costs = [9300, 11350, 15900, 19000, 22000]
-    for seed in range(3):
-        auto, lengths = replay(traces, lambda c, limit: c.choose(limit), costs, seed=seed)
-        fixed = [replay(traces, lambda c, limit, k=k: min(k, limit), costs, seed=seed)[0] for k in range(3)]
-        assert max(fixed) == fixed[1]
-        assert auto >= 0.96 * fixed[1], (seed, auto, fixed, lengths)
-        assert lengths[1] > 3 * lengths[0], lengths
+    auto_choice = lambda c, limit: c.choose(limit)  # noqa: E731
+    for costs in ([9300, 11350, 15900, 19000, 22000], [8360, 9215, 12392, 13600, 15000]):
+        for seed in range(3):
+            auto, lengths = replay(traces, auto_choice, costs, seed=seed, later=0.53)
+            fixed = [replay(traces, lambda c, limit, k=k: min(k, limit), costs, seed=seed, later=0.53)[0]
+                     for k in range(3)]
+            assert max(fixed) == fixed[1]
+            assert auto >= 0.985 * fixed[1], (costs, seed, auto, fixed, lengths)
+            assert lengths[1] > 10 * lengths[0], lengths
+        first_calls = []
+        for trace in traces:
+            for seed in range(3):
+                one = replay([trace], auto_choice, costs, reps=1, seed=seed, later=0.53)[0]
+                fixed_one = replay([trace], lambda c, limit: min(1, limit), costs, reps=1, seed=seed, later=0.53)[0]
+                first_calls.append(one / fixed_one)
+        assert sum(first_calls) / len(first_calls) >= 0.96, (costs, first_calls)
 
 
 def test_a_round_after_a_thread_probe_is_no_cost_sample() -> None:
