@@ -320,17 +320,6 @@ PYBIND11_MODULE(_core, m) {
              py::arg("head_us"), py::arg("resumed") = false, py::arg("threads") = 0)
         .def("interrupt", &mtp::DraftController::interrupt)
         .def("skip_round", &mtp::DraftController::skip_round)
-        .def("observe_forced", &mtp::DraftController::observe_forced, py::arg("drafted"), py::arg("accepted"))
-        .def("forced_lengths",
-             [](const mtp::DraftController & c, const std::vector<double> & verify_us) {
-                 if ((int) verify_us.size() < mtp::DraftController::kForcedPriced + 2) {
-                     throw py::value_error("verify_us needs one time per row count 0..kForcedPriced + 1");
-                 }
-                 std::vector<int8_t> take((size_t) mtp::DraftController::kForcedPriced + 1);
-                 c.forced_lengths(verify_us.data(), take.data());
-                 return std::vector<int>(take.begin(), take.end());
-             },
-             py::arg("verify_us"))
         .def("estimates", &mtp::DraftController::estimates);
 
     // What the automatic draft length has learnt (mtp_llm.stats.DraftControllerEstimates reads it by field name).

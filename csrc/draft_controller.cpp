@@ -19,8 +19,6 @@ constexpr double kFastDecay = 0.8;         // a short memory beside the long one
 constexpr double kChange = 0.4;            // the two differ this much: the text changed, forget the long one
 constexpr double kNewCallWeight = 0.5;    // a new call (new text) keeps this share of the acceptance evidence
 constexpr double kPriorAccepted = 0.5;     // prior acceptance, worth one observation
-constexpr double kPriorForced = 0.7;       // the same for grammar-forced drafts (the target's own spelling, mostly)
-constexpr double kForcedDecay = 0.9;       // their evidence: a short memory, as the session learns the model's spelling
 constexpr int32_t kProbeMin = 32;          // plain tokens before the first probe
 constexpr int32_t kProbeMax = 1024;        // longest interval between probes
 constexpr int32_t kBurstIterations = 3;    // iterations of each probe or try of another length
@@ -38,8 +36,6 @@ DraftController::DraftController(int32_t n_max)
       fast_num_((size_t) n_max, kPriorAccepted),
       fast_den_((size_t) n_max, 1.0),
       acc_seen_((size_t) n_max, false),
-      forced_num_((size_t) kForcedPriced, kPriorForced),
-      forced_den_((size_t) kForcedPriced, 1.0),
       probe_interval_(kProbeMin),
       explore_every_(kExploreEvery) {
     costs();
@@ -319,42 +315,6 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
         const double step = (double) head_us / drafted;
         t.head_step_us = t.head_step_us == 0.0 ? step
                                                : t.head_step_us + kCostWeight * (std::min(step, kOutlier * t.head_step_us) - t.head_step_us);
-    }
-}
-
-void DraftController::observe_forced(int32_t drafted, int32_t accepted) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    drafted = std::min(drafted, kForcedPriced);
-    for (int32_t i = 0; i < drafted && i <= accepted; ++i) {
-        forced_num_[i] = kForcedDecay * forced_num_[i] + (i < accepted ? 1.0 : 0.0);
-        forced_den_[i] = kForcedDecay * forced_den_[i] + 1.0;
-    }
-}
-
-// A verify's cost grows by steps, not per row (on AVX-512 the quantized kernels take columns in pairs:
-// 2 rows cost what 1 does, 3 and 4 about 1.5x), so taking fewer forced tokens than there are can pay.
-void DraftController::forced_lengths(const double * verify_us, int8_t * take) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    double expected[kForcedPriced + 1];
-    double all_accepted = 1.0;
-    expected[0] = 1.0;
-    for (int32_t m = 1; m <= kForcedPriced; ++m) {
-        all_accepted *= forced_num_[m - 1] / forced_den_[m - 1];
-        expected[m] = expected[m - 1] + all_accepted;
-    }
-    take[0] = 0;
-    for (int32_t n = 1; n <= kForcedPriced; ++n) {
-        int32_t best = n;
-        if (verify_us[n + 1] > 0.0) {
-            double best_rate = expected[n] / verify_us[n + 1];
-            for (int32_t m = 1; m < n; ++m) {
-                if (verify_us[m + 1] > 0.0 && expected[m] / verify_us[m + 1] > best_rate) {
-                    best_rate = expected[m] / verify_us[m + 1];
-                    best = m;
-                }
-            }
-        }
-        take[n] = (int8_t) best;
     }
 }
 

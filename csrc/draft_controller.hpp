@@ -62,14 +62,6 @@ public:
     // thread count: the round after it re-wakes a pool of another size).
     void skip_round();
 
-    // Grammar-forced drafts (no head pass): a draft of `drafted` forced tokens, the first `accepted` accepted.
-    void observe_forced(int32_t drafted, int32_t accepted);
-    // take[n], n = 0..kForcedPriced: how many of n forced tokens to draft, for the most tokens per
-    // verify time, given verify_us[r] = a verify of r rows (r = 1..kForcedPriced + 1; 0 = not
-    // measured: such a length is taken only when it is all there is, so that it gets measured).
-    static constexpr int32_t kForcedPriced = 14;
-    void forced_lengths(const double * verify_us, int8_t * take) const;
-
     ControllerEstimates estimates() const;  // any thread
 
 private:
@@ -105,7 +97,6 @@ private:
     std::vector<double> acc_num_, acc_den_;    // decayed counts per position
     std::vector<double> fast_num_, fast_den_;  // the same with a short memory
     std::vector<bool> acc_seen_;
-    std::vector<double> forced_num_, forced_den_;  // the same for grammar-forced drafts, per position
     std::vector<Costs> costs_;    // one per shape seen (a handful)
     Shape shape_;                 // of the iteration being chosen
     int32_t plain_run_ = 0;       // plain tokens since the last probe or drafting iteration

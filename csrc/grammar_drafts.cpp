@@ -46,13 +46,9 @@ public:
                 continue;
             }
             r.draft_tokens.clear();
-            size_t n = tokenizer_.tokenize(text, s->cache.id_last, (size_t) r.forced_room, r.draft_tokens);
+            const size_t n = tokenizer_.tokenize(text, s->cache.id_last, (size_t) r.forced_room, r.draft_tokens);
             if (n == 0) {
                 continue;
-            }
-            if (n < r.forced_take.size()) {
-                n = (size_t) r.forced_take[n];  // fewer where a shorter verify pays more (Session::price_forced_drafts)
-                r.draft_tokens.resize(n);
             }
             r.n_forced = (int32_t) n;
             r.n_max = 0;  // the head does not draft for this slot in this iteration

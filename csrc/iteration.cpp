@@ -197,9 +197,6 @@ void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
         // drafts, so a pass of forced drafts is not one of its observations.
         auto & pending = sl.call.pending_observation;
         if (!r.is_replay) {
-            if (r.n_forced > 0 && (size_t) r.n_forced == n_draft) {
-                controller_.observe_forced(r.n_forced, (int32_t) n_accepted);
-            }
             if (r.n_forced == 0) {
                 pending = Slot::Call::Observation{(int32_t) n_draft, (int32_t) n_accepted, us,
                                                   (int64_t) c.t_draft_us, r.resumed};
@@ -246,7 +243,6 @@ void Session::draft(std::vector<Slot *> & slots) {
             auto_room = s->call.auto_draft ? std::max(auto_room, r.n_max) : auto_room;
         }
     }
-    price_forced_drafts(slots);
     if (auto_room >= 0) {
         const int32_t chosen = controller_.choose(auto_room, (int32_t) slots.size(), round_threads_);
         for (Slot * s : slots) {
@@ -261,32 +257,6 @@ void Session::draft(std::vector<Slot *> & slots) {
     source_->draft(slots, batch_);
     if (checkpoints_target()) {
         checkpoint_targets(slots);
-    }
-}
-
-// How many of the tokens a grammar forces each slot drafts: all of them, but for one stream, whose
-// verify costs by rows are measured, the count with the most expected tokens per verify time.
-void Session::price_forced_drafts(const std::vector<Slot *> & slots) {
-    constexpr int32_t kPriced = DraftController::kForcedPriced;
-    std::array<int8_t, kPriced + 1> take;
-    for (int32_t n = 0; n <= kPriced; ++n) {
-        take[(size_t) n] = (int8_t) n;
-    }
-    bool priced = false;
-    for (Slot * s : slots) {
-        Slot::Round & r = s->round;
-        if (r.forced_room <= 0 || !s->call.has_grammar) {
-            continue;
-        }
-        if (!priced && slots.size() == 1) {
-            double verify_us[kPriced + 2] = {0.0};
-            for (int32_t rows = 1; rows <= kPriced + 1; ++rows) {
-                verify_us[rows] = threads_.verify_us(rows);
-            }
-            controller_.forced_lengths(verify_us, take.data());
-            priced = true;
-        }
-        r.forced_take = take;
     }
 }
 

@@ -123,7 +123,6 @@ private:
     void speculative_iteration(std::vector<Slot *> & slots);
     void finish_iteration(Slot & s, int64_t us, bool batch_counted);
     void draft(std::vector<Slot *> & slots);
-    void price_forced_drafts(const std::vector<Slot *> & slots);
     void checkpoint_targets(const std::vector<Slot *> & slots);
     void verify(std::vector<Slot *> & slots);
     void sample(Slot & s);

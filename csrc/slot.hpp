@@ -5,7 +5,6 @@
 // slot may reuse it), `round` is the draft/verify iteration's working state.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -17,7 +16,6 @@
 
 #include "common.h"
 #include "counters.hpp"
-#include "draft_controller.hpp"
 #include "draft_grammar.hpp"
 #include "sampling.h"
 #include "text.hpp"
@@ -117,7 +115,6 @@ struct Slot {
         int32_t forced_room = 0;    // the same for drafts the grammar forces (at least kMaxForcedDrafts)
         int32_t n_max = 0;          // the longest draft asked of the head
         int32_t n_forced = 0;       // drafts the grammar forced (no head pass): the draft's last ones
-        std::array<int8_t, DraftController::kForcedPriced + 1> forced_take{};  // of n forced tokens, draft forced_take[n]
         DraftGrammar grammar;       // the call's grammar following the head's draft (when it constrains it)
         int32_t first_row = 0;      // its rows in the verify batch
         std::vector<llama_token> ids;  // the target's tokens: the accepted drafts plus one

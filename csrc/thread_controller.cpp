@@ -80,7 +80,7 @@ int32_t ThreadController::choose() {
 }
 
 void ThreadController::observe(int32_t rows, int64_t us) {
-    if (us <= 0) {
+    if (candidates_.size() == 1 || us <= 0) {
         return;
     }
     const size_t c = probe_left_ > 0 ? trying_ : current_;
@@ -89,12 +89,6 @@ void ThreadController::observe(int32_t rows, int64_t us) {
     last_threads_ = threads;
     const size_t b = (size_t) std::clamp(rows, 1, kBuckets) - 1;
     const double x = (double) us;
-    if (candidates_.size() == 1) {  // nothing to choose; the times still price verifies (verify_us)
-        if (!switched) {
-            times_[0].add(b, x);
-        }
-        return;
-    }
     // Not on a slowdown: the current count's average is still moving to its new level.
     if (c != current_ && !probe_on_slowdown_ && times_[current_].n[b] > 0 &&
         x > kGiveUp * times_[current_].us[b]) {
@@ -109,7 +103,12 @@ void ThreadController::observe(int32_t rows, int64_t us) {
     }
     if (!switched) {
         Times & t = times_[c];
-        t.add(b, x);
+        if (t.n[b] == 0) {
+            t.us[b] = x;
+        } else {
+            t.us[b] += kWeight * (std::min(x, kOutlier * t.us[b]) - t.us[b]);
+        }
+        t.n[b] = std::min(t.n[b] + 1, 1 << 20);
         if (c == current_ && probe_left_ == 0) {
             if (reference_[b] == 0.0 && t.n[b] >= kReferenceAfter) {
                 reference_[b] = t.us[b];
@@ -121,19 +120,6 @@ void ThreadController::observe(int32_t rows, int64_t us) {
     if (probe_left_ > 0 && --probe_left_ == 0) {
         end_probe();
     }
-}
-
-void ThreadController::Times::add(size_t bucket, double x) {
-    us[bucket] = n[bucket] == 0 ? x : us[bucket] + kWeight * (std::min(x, kOutlier * us[bucket]) - us[bucket]);
-    n[bucket] = std::min(n[bucket] + 1, 1 << 20);
-}
-
-double ThreadController::verify_us(int32_t rows) const {
-    if (rows < 1 || rows >= kBuckets) {
-        return 0.0;  // the last bucket holds every larger batch too
-    }
-    const Times & t = times_[current_];
-    return t.n[(size_t) rows - 1] > 0 ? t.us[(size_t) rows - 1] : 0.0;
 }
 
 // The probed count against the current one, over the batch sizes both have timed.

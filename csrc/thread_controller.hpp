@@ -34,15 +34,12 @@ public:
     int32_t choose();                        // threads for the next round's decodes
     void observe(int32_t rows, int64_t us);  // that round's verify decode: `rows` rows took `us`
     int32_t current() const { return candidates_[current_]; }  // the count in use outside probes
-    // The current count's decayed verify time for `rows` rows (0: not measured, or past kBuckets).
-    double verify_us(int32_t rows) const;
 
 private:
     static constexpr int32_t kBuckets = 16;  // batch sizes told apart (larger ones share the last)
     struct Times {
         std::array<double, kBuckets> us{};
         std::array<int32_t, kBuckets> n{};
-        void add(size_t bucket, double x);  // one more decode's time into the decayed average
     };
     void end_probe();
     void rebase();

@@ -245,35 +245,3 @@ def test_a_new_number_of_streams_starts_from_the_nearest_measured_one() -> None:
     assert c.estimates().streams == 3 and c.estimates().iteration_us[1] == pytest.approx(1500)
     fresh = drive_streams(c, 60, 3, cost, threads=1)  # another thread count: nothing to start from
     assert fresh[:3] == [0, 0, 0], fresh
-
-
-def test_forced_drafts_take_the_count_whose_verify_pays_most() -> None:
-    """Issue 28: tokens a grammar forces are drafted without a head pass, but each costs a verify row.
-    On AVX-512 the built-in model's quantized kernels take rows in pairs (session 15, AMD EPYC, one thread:
-    1..8 rows 11.3 / 10.6 / 15.5 / 16.6 / 20.0 / 21.0 / 25.3 / 27.1 ms), so an odd row that starts a new
-    pair pays only when the drafts it verifies are accepted often enough."""
-    import random
-
-    verify_us = [0.0, 11300, 10600, 15500, 16600, 20000, 21000, 25300, 27100] + [0.0] * 7
-
-    def learnt(first: float, then: float) -> _core.DraftController:
-        c = _core.DraftController(4)
-        rng = random.Random(3)
-        for _ in range(400):
-            accepted = 0
-            while accepted < 7 and rng.random() < (first if accepted == 0 else then):
-                accepted += 1
-            c.observe_forced(7, accepted)
-        return c
-
-    # A model that spells forced text its own way half the time (SmolLM2 under a JSON schema): one at a time.
-    assert learnt(0.76, 0.5).forced_lengths(verify_us)[:8] == [0, 1, 1, 1, 1, 1, 1, 1]
-    # Mostly accepted once the first is: whole pairs of rows (an odd count of drafts), not a pair's first row.
-    take = learnt(0.76, 0.9).forced_lengths(verify_us)
-    assert take[:7] == [0, 1, 1, 3, 3, 5, 5], take
-    assert take[8] == 8 and take[14] == 14  # 9+ rows never measured: all of them, so that they get measured
-    # Every forced draft accepted and each row as dear as the last: all of them.
-    c = _core.DraftController(4)
-    for _ in range(100):
-        c.observe_forced(7, 7)
-    assert c.forced_lengths([0.0] + [1000.0 + 100 * r for r in range(1, 16)])[:8] == list(range(8))
