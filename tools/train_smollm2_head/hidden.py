@@ -10,6 +10,11 @@ differs from llama.cpp's Q4_1/Q8_1 arithmetic by ~3.5% (relative) and gives the 
 sequences each; a rerun continues after the last complete shard (resumable). With ``--follow``
 it waits for gen_data.py to append more lines.
 
+Session 15: ``--shard-ids SPEC`` computes only these shards, in this order (``A:B[:STEP]`` ranges, comma
+separated; shard K = lines K*shard .. K*shard+shard-1, file ``shard-K.npz``), skipping those that exist, e.g.
+``113:171,0:113:4,2:113:4`` = the newer-template lines 5650.. first, then every 4th older shard. Every shard now
+also stores ``first_line`` (its first gen.jsonl line), which train.py uses for ``--upweight`` when shards are missing.
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/hidden.py --follow
 """
 
@@ -38,6 +43,23 @@ def load_lines(path: Path) -> list[dict]:
     return rows
 
 
+def write_shard(path: Path, chunk: list[dict], hidden_of, first_line: int) -> int:
+    """The states of these gen.jsonl lines (the first is line ``first_line``) as one shard; returns its tokens."""
+    tokens, offsets, n_prompt, hidden = [], [0], [], []
+    for a in range(0, len(chunk), 8):
+        hidden.extend(hidden_of([r["tokens"] for r in chunk[a : a + 8]]))
+    for r in chunk:
+        tokens.extend(r["tokens"])
+        offsets.append(len(tokens))
+        n_prompt.append(r["n_prompt"])
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, tokens=np.array(tokens, np.int32), offsets=np.array(offsets, np.int64),
+             n_prompt=np.array(n_prompt, np.int32), hidden=np.concatenate(hidden),
+             first_line=np.array(first_line, np.int64))
+    tmp.replace(path)
+    return len(tokens)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work-dir", type=Path, default=DEFAULT_WORK)
@@ -52,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
                          "Q8_0 copy: prompt passes ~3x faster here, states within ~5%% of the source's, relative)")
     ap.add_argument("--set", choices=("train", "heldout"), default="train",
                     help="heldout: gen-heldout.jsonl into hidden-heldout/ (train.py's validation)")
+    ap.add_argument("--shard-ids", type=str, default="",
+                    help="only these shards, in this order: comma-separated A:B[:STEP] ranges of shard numbers")
     args = ap.parse_args(argv)
 
     from mtp_llm import Model
@@ -83,10 +107,28 @@ def main(argv: list[str] | None = None) -> None:
     hdir = hidden_dir(args.work_dir, args.set)
     gen = answers_path(args.work_dir, args.set)
     hdir.mkdir(parents=True, exist_ok=True)
-    n_shards = len(list(hdir.glob("shard-*.npz")))
-    pos = n_shards * args.shard
     t0 = time.time()
     n_tok = 0
+    if args.shard_ids:
+        order = []
+        for part in args.shard_ids.split(","):
+            a, b, *st = (int(v) for v in part.split(":"))
+            order.extend(k for k in range(a, b, st[0] if st else 1) if k not in order)
+        rows = load_lines(gen)
+        done = 0
+        for k in order:
+            path = hdir / f"shard-{k:05d}.npz"
+            chunk = rows[k * args.shard : (k + 1) * args.shard]
+            if path.exists() or len(chunk) < args.shard:
+                continue
+            n_tok += write_shard(path, chunk, hidden_of, k * args.shard)
+            done += 1
+            print(f"shard {k} (lines {k * args.shard}..{(k + 1) * args.shard - 1}; {done} this run), "
+                  f"{n_tok / (time.time() - t0):.0f} tok/s", flush=True)
+        print("finished", flush=True)
+        return
+    n_shards = len(list(hdir.glob("shard-*.npz")))
+    pos = n_shards * args.shard
     while True:
         rows = load_lines(gen)
         if len(rows) - pos < args.shard:
@@ -98,19 +140,7 @@ def main(argv: list[str] | None = None) -> None:
                 time.sleep(30)
                 continue
         chunk = rows[pos : pos + args.shard]
-        tokens, offsets, n_prompt, hidden = [], [0], [], []
-        for a in range(0, len(chunk), 8):
-            hidden.extend(hidden_of([r["tokens"] for r in chunk[a : a + 8]]))
-        for r in chunk:
-            tokens.extend(r["tokens"])
-            offsets.append(len(tokens))
-            n_prompt.append(r["n_prompt"])
-            n_tok += len(r["tokens"])
-        path = hdir / f"shard-{n_shards:05d}.npz"
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, tokens=np.array(tokens, np.int32), offsets=np.array(offsets, np.int64),
-                 n_prompt=np.array(n_prompt, np.int32), hidden=np.concatenate(hidden))
-        tmp.replace(path)
+        n_tok += write_shard(hdir / f"shard-{n_shards:05d}.npz", chunk, hidden_of, pos)
         n_shards += 1
         pos += args.shard
         print(f"shard {n_shards} ({pos} sequences), {n_tok / (time.time() - t0):.0f} tok/s", flush=True)

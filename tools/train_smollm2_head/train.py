@@ -28,6 +28,9 @@ trimmed with ``--draft-ids``) to ``WORK/ckpt-NAME-best.pt``; ``--ema DECAY`` kee
 of the weights (updated every step, resumed with the checkpoint) and writes it to ``WORK/ckpt-NAME-ema.pt`` at
 every checkpoint (for ``val.py`` / ``export.py --ckpt``).
 
+Session 15: ``--upweight START:W`` counts gen.jsonl lines (the shards' ``first_line``), not positions in the shard
+list, so it stays right when hidden.py ``--shard-ids`` left some shards out.
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/train.py --steps 1500 --threads 2
 """
 
@@ -67,16 +70,22 @@ def initial_tensors(source: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def load_shards(hdir: Path) -> list[tuple[np.ndarray, np.ndarray, int]]:
+def load_shards(hdir: Path, lines: list[int] | None = None) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """The sequences of every shard, in shard-file order. ``lines`` (a list) receives each sequence's gen.jsonl
+    line: the shard's ``first_line`` (hidden.py, session 15) + k, or for older shards without it the running
+    count (shards then cover lines 0.. contiguously)."""
     seqs = []
     for path in sorted(hdir.glob("shard-*.npz")):
         if ".tmp" in path.name:
             continue
         with np.load(path) as z:  # each z[key] reads the whole array again: once per shard
             off, tokens, hidden, n_prompt = z["offsets"], z["tokens"], z["hidden"], z["n_prompt"]
+            first = int(z["first_line"]) if "first_line" in z.files else len(seqs)
         for k in range(len(off) - 1):
             a, b = int(off[k]), int(off[k + 1])
             seqs.append((tokens[a:b].astype(np.int64), hidden[a:b], int(n_prompt[k])))
+            if lines is not None:
+                lines.append(first + k)
     return seqs
 
 
@@ -271,7 +280,8 @@ def main(argv: list[str] | None = None) -> None:
         if ema is not None:
             write(work / f"ckpt{sfx}-ema.pt", {"head": ema, "step": step, "args": vars(args), "ema": args.ema})
 
-    seqs = load_shards(hidden_dir(work))
+    seq_lines: list[int] = []
+    seqs = load_shards(hidden_dir(work), seq_lines)
     heldout = load_shards(hidden_dir(work, "heldout"))[: args.heldout]
     n_val = 0 if heldout else max(8, len(seqs) // 30)
     val, train = (heldout if heldout else seqs[:n_val]), seqs[n_val:]
@@ -293,11 +303,14 @@ def main(argv: list[str] | None = None) -> None:
         if not args.upweight:
             return None
         start, w = args.upweight.split(":")
-        p = np.ones(n)
-        p[max(int(start) - n_val, 0) :] = float(w)
+        p = np.ones(n)  # by gen.jsonl line (session 15: shards may be missing, so not by position)
+        p[np.asarray(seq_lines[n_val:]) >= int(start)] = float(w)
         return p / p.sum()
 
     p_train = sample_p(len(train))
+    if args.upweight:
+        n_up = int((np.asarray(seq_lines[n_val:]) >= int(args.upweight.split(":")[0])).sum())
+        say(f"--upweight {args.upweight}: {n_up} of {len(train)} train sequences")
 
     def progress() -> float:
         frac = step / args.steps
@@ -307,9 +320,10 @@ def main(argv: list[str] | None = None) -> None:
 
     while progress() < 1.0:
         if step % args.reload_every == 0:  # pick up shards that hidden.py wrote meanwhile
-            more = load_shards(hidden_dir(work))
+            more_lines: list[int] = []
+            more = load_shards(hidden_dir(work), more_lines)
             if len(more) > len(seqs):
-                seqs = more
+                seqs, seq_lines = more, more_lines
                 train = seqs[n_val:]
                 p_train = sample_p(len(train))
                 if draft_ids is None:
