@@ -305,7 +305,7 @@ PYBIND11_MODULE(_core, m) {
     py::class_<mtp::ThreadController>(m, "ThreadController")
         .def(py::init<int32_t, bool, int32_t, int32_t>(), py::arg("n_threads"), py::arg("adaptive") = true,
              py::arg("cores") = 0, py::arg("others_running") = 0)
-        .def("set_load_reader", &mtp::ThreadController::set_load_reader, py::arg("others_running"), py::arg("cores"))
+        .def("set_load_reader", &mtp::ThreadController::set_load_reader, py::arg("others_running"))
         .def("choose", &mtp::ThreadController::choose)
         .def("observe", &mtp::ThreadController::observe, py::arg("rows"), py::arg("us"))
         .def_property_readonly("current", &mtp::ThreadController::current);

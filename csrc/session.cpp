@@ -41,7 +41,7 @@ void Session::create_contexts(const Model * head) {
     n_threads_batch_ = cp.n_threads_batch;
     threads_ = ThreadController(n_threads_, opts_.adaptive_threads, default_threads(),
                                 opts_.adaptive_threads ? other_runnable_threads(3) : 0);
-    threads_.set_load_reader([] { return other_runnable_threads(); }, default_threads());
+    threads_.set_load_reader([] { return other_runnable_threads(); });
     ComputeThreads threads(n_threads_, n_threads_batch_);  // for the probing decodes below
     clear_log();
     ctx_tgt_.reset(llama_init_from_model(target_->get(), cp));

@@ -26,7 +26,7 @@ constexpr double kProbeShare = 0.05;     // a failed probe's slow decode may cos
 }  // namespace
 
 ThreadController::ThreadController(int32_t n_threads, bool adaptive, int32_t cores, int32_t others_running)
-    : since_probe_(kProbeMin - kFirstProbe), interval_(kProbeMin) {
+    : since_probe_(kProbeMin - kFirstProbe), interval_(kProbeMin), cores_(cores) {
     const int32_t n = std::max(1, n_threads);
     for (int32_t c : {n, adaptive ? n - 1 : n, adaptive ? (n + 1) / 2 : n, adaptive ? 1 : n}) {
         if (c >= 1 && std::find(candidates_.begin(), candidates_.end(), c) == candidates_.end()) {
@@ -47,9 +47,8 @@ ThreadController::ThreadController(int32_t n_threads, bool adaptive, int32_t cor
     }
 }
 
-void ThreadController::set_load_reader(std::function<int32_t()> others_running, int32_t cores) {
+void ThreadController::set_load_reader(std::function<int32_t()> others_running) {
     others_running_ = std::move(others_running);
-    cores_ = cores;
 }
 
 int32_t ThreadController::choose() {

@@ -28,8 +28,8 @@ public:
     explicit ThreadController(int32_t n_threads, bool adaptive = true, int32_t cores = 0, int32_t others_running = 0);
 
     // Where the machine's load can be read (threads of other work ready to run): a probe of more
-    // threads than those in use is skipped while they would not fit beside that work.
-    void set_load_reader(std::function<int32_t()> others_running, int32_t cores);
+    // threads than those in use is skipped while they would not fit on `cores` beside that work.
+    void set_load_reader(std::function<int32_t()> others_running);
 
     int32_t choose();                        // threads for the next round's decodes
     void observe(int32_t rows, int64_t us);  // that round's verify decode: `rows` rows took `us`
@@ -60,8 +60,8 @@ private:
     // slowdown within a few decodes, before enough of them were seen to call it one.
     std::array<double, kBuckets> reference_{};
     uint32_t slow_history_ = 0;  // bit i: the i-th latest decode of the current count was slow
+    int32_t cores_ = 0;  // 0: not given
     std::function<int32_t()> others_running_;
-    int32_t cores_ = 0;
 };
 
 }  // namespace mtp

@@ -60,7 +60,7 @@ def test_a_machine_busy_from_the_start_begins_with_the_threads_that_fit() -> Non
     # Where the load can be read, a probe of more threads waits until they fit beside it.
     c = _core.ThreadController(2, cores=2, others_running=1)
     load = [1]
-    c.set_load_reader(lambda: load[0], 2)
+    c.set_load_reader(lambda: load[0])
     assert drive(c, 600, busy) == [1] * 600
     load[0] = 0
     assert drive(c, 100, quiet)[-50:].count(2) >= 47 and c.current == 2

@@ -302,15 +302,16 @@ def main(argv: list[str] | None = None) -> None:
     def sample_p(n: int):
         if not args.upweight:
             return None
-        start, w = args.upweight.split(":")
         p = np.ones(n)  # by gen.jsonl line (session 15: shards may be missing, so not by position)
-        p[np.asarray(seq_lines[n_val:]) >= int(start)] = float(w)
+        p[upweighted()] = float(args.upweight.split(":")[1])
         return p / p.sum()
+
+    def upweighted() -> np.ndarray:
+        return np.asarray(seq_lines[n_val:]) >= int(args.upweight.split(":")[0])
 
     p_train = sample_p(len(train))
     if args.upweight:
-        n_up = int((np.asarray(seq_lines[n_val:]) >= int(args.upweight.split(":")[0])).sum())
-        say(f"--upweight {args.upweight}: {n_up} of {len(train)} train sequences")
+        say(f"--upweight {args.upweight}: {int(upweighted().sum())} of {len(train)} train sequences")
 
     def progress() -> float:
         frac = step / args.steps
