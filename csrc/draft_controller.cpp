@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 namespace mtp {
@@ -19,8 +20,8 @@ constexpr double kFastDecay = 0.8;         // a short memory beside the long one
 constexpr double kChange = 0.4;            // the two differ this much: the text changed, forget the long one
 constexpr double kNewCallWeight = 0.5;    // a new call (new text) keeps this share of the acceptance evidence
 constexpr double kPriorAccepted = 0.5;     // prior acceptance, worth one observation
-constexpr int32_t kProbeMin = 32;          // plain tokens before the first probe
-constexpr int32_t kProbeMax = 1024;        // longest interval between probes
+constexpr int32_t kProbeMin = 32;          // plain rounds before the first probe
+constexpr int32_t kProbeMax = 1024;        // longest interval between probes (rounds)
 constexpr int32_t kBurstIterations = 3;    // iterations of each probe or try of another length
 constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of a neighbouring length...
 constexpr int32_t kExploreMax = 256;       // ...doubling up to this while each try finds the neighbour clearly worse
@@ -39,44 +40,56 @@ DraftController::DraftController(int32_t n_max)
       probe_interval_(kProbeMin),
       explore_every_(kExploreEvery) {
     costs();
+    if (const char * path = std::getenv("MTP_LLM_CONTROLLER_TRACE"); path != nullptr && *path != '\0') {
+        trace_.reset(std::fopen(path, "a"));
+    }
 }
 
 DraftController::Costs & DraftController::costs_of(Shape shape) {
     for (Costs & t : costs_) {
         if (t.shape == shape) {
+            seed_from_nearest(t);
             return t;
         }
     }
-    Costs made{shape, std::vector<double>((size_t) n_max_ + 1, 0.0), std::vector<int32_t>((size_t) n_max_ + 1, 0),
-               std::vector<bool>((size_t) n_max_ + 1, false), 0.0};
-    // A number of streams not seen yet (calls start and end) starts from the nearest one measured on the
-    // same thread count: its times are a far better guess than none, which would cost plain rounds and
-    // bursts at every length before the first choice; each is replaced by this shape's first steady time.
-    // (Of two as near, the one of more streams: its longer verifies make the guess the cautious one.)
+    costs_.push_back(Costs{shape, std::vector<double>((size_t) n_max_ + 1, 0.0),
+                           std::vector<int32_t>((size_t) n_max_ + 1, 0), std::vector<bool>((size_t) n_max_ + 1, false),
+                           0.0});
+    seed_from_nearest(costs_.back());
+    return costs_.back();
+}
+
+// A number of streams without a steady time of its own at some length (calls start and end, so a
+// session meets 1 and 3 streams for a round or two between calls of 4) takes the nearest number's
+// current time on the same thread count: a far better guess than none, which would mean plain rounds
+// and bursts at every length each time; its own first steady time replaces it. (Of two as near, the
+// one of more streams: its longer verifies make the guess the cautious one.)
+void DraftController::seed_from_nearest(Costs & made) {
     const Costs * nearest = nullptr;
     for (const Costs & t : costs_) {
-        if (t.shape.threads != shape.threads || t.n[0] < kMinPlainSamples) {
+        if (&t == &made || t.shape.threads != made.shape.threads || t.n[0] < kMinPlainSamples || t.seeded[0]) {
             continue;
         }
-        const int32_t d = std::abs(t.shape.streams - shape.streams);
-        const int32_t best = nearest ? std::abs(nearest->shape.streams - shape.streams) : INT32_MAX;
+        const int32_t d = std::abs(t.shape.streams - made.shape.streams);
+        const int32_t best = nearest ? std::abs(nearest->shape.streams - made.shape.streams) : INT32_MAX;
         if (d < best || (d == best && t.shape.streams > nearest->shape.streams)) {
             nearest = &t;
         }
     }
-    if (nearest != nullptr) {
-        for (int32_t k = 0; k <= n_max_; ++k) {
-            const int32_t needed = k == 0 ? kMinPlainSamples : kMinSamples;
-            if (nearest->n[k] >= needed) {
-                made.us[k] = nearest->us[k];
-                made.n[k] = needed;
-                made.seeded[k] = true;
-            }
+    if (nearest == nullptr) {
+        return;
+    }
+    for (int32_t k = 0; k <= n_max_; ++k) {
+        const int32_t needed = k == 0 ? kMinPlainSamples : kMinSamples;
+        if ((made.n[k] < needed || made.seeded[k]) && nearest->n[k] >= needed && !nearest->seeded[k]) {
+            made.us[k] = nearest->us[k];
+            made.n[k] = needed;
+            made.seeded[k] = true;
         }
+    }
+    if (made.head_step_us == 0.0) {
         made.head_step_us = nearest->head_step_us;
     }
-    costs_.push_back(std::move(made));
-    return costs_.back();
 }
 
 DraftController::Costs & DraftController::costs() {
@@ -153,9 +166,11 @@ int32_t DraftController::start_burst(int32_t k, int32_t iterations, bool probe) 
 
 int32_t DraftController::decide(int32_t limit) {
     if (limit <= 0 || !measured(0)) {
+        why_ = "unmeasured";
         return 0;
     }
     if (burst_left_ > 0) {
+        why_ = "burst";
         --burst_left_;
         return std::min(burst_length_, limit);
     }
@@ -175,10 +190,12 @@ int32_t DraftController::decide(int32_t limit) {
     // beyond the best can only win where the one between would: E(k) grows ever slower, T(k) no slower).
     const int32_t next = best + 1;
     if (next <= limit && !measured(next) && expected_tokens(next, true) / cost(next) > best_rate) {
+        why_ = "try";
         return start_burst(next, kBurstIterations, false);
     }
     if (best == 0) {
         if (plain_run_ < probe_interval_) {
+            why_ = "best";
             return 0;
         }
         // The most promising drafting length, if only acceptance has gone up.
@@ -200,6 +217,7 @@ int32_t DraftController::decide(int32_t limit) {
                 acc_den_[i] = kProbeMemory;
             }
         }
+        why_ = "probe";
         return start_burst(probe, kBurstIterations, true);
     }
     // Lengths not in use are measured again now and then, one step up or down in
@@ -209,8 +227,10 @@ int32_t DraftController::decide(int32_t limit) {
         since_explore_ = 0;
         explore_down_ = !explore_down_ || best == limit;
         burst_is_explore_ = true;
+        why_ = "explore";
         return start_burst(explore_down_ ? best - 1 : best + 1, kBurstIterations, false);
     }
+    why_ = "best";
     return best;
 }
 
@@ -219,6 +239,12 @@ int32_t DraftController::choose(int32_t limit, int32_t streams, int32_t threads)
     shape_ = Shape{std::max(1, streams), std::max(0, threads)};
     costs();
     choice_ = decide(std::min(limit, n_max_));
+    if (choice_ == 0) {
+        ++plain_run_;  // rounds, not streams' tokens: a probe's 3 rounds stay a bounded share of the rounds
+    }
+    if (trace_) {
+        std::fprintf(trace_.get(), "choose %d %d %d %d %s\n", shape_.streams, shape_.threads, limit, choice_, why_);
+    }
     return choice_;
 }
 
@@ -229,6 +255,9 @@ bool DraftController::expects_plain() const {
 
 void DraftController::interrupt() {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (trace_) {
+        std::fputs("interrupt\n", trace_.get());
+    }
     previous_ = -1;
     // Costs belong to the machine and stay; acceptance belongs to the text, which a
     // new call changes: its evidence keeps a share, so the new text soon dominates.
@@ -240,6 +269,9 @@ void DraftController::interrupt() {
 
 void DraftController::skip_round() {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (trace_) {
+        std::fputs("skip\n", trace_.get());
+    }
     previous_ = -1;
 }
 
@@ -262,19 +294,24 @@ void DraftController::observe_cost(int32_t drafted, int32_t streams, int64_t us,
 
 void DraftController::observe_acceptance_locked(int32_t drafted, int32_t accepted) {
     drafted = std::clamp(drafted, 0, n_max_);
+    if (trace_) {
+        std::fprintf(trace_.get(), "accept %d %d\n", drafted, accepted);
+    }
     if (drafted == 0) {
-        ++plain_run_;
         for (int32_t i = 0; i < n_max_; ++i) {
             acc_num_[i] *= kPlainDecay;
             acc_den_[i] *= kPlainDecay;
         }
     }
+    // The short memory spans a few rounds whatever the number of streams: the streams of one round
+    // are evidence of one moment (and often of similar texts), so a round's bad luck is no change of text.
+    const double fast_decay = shape_.streams > 1 ? std::pow(kFastDecay, 1.0 / shape_.streams) : kFastDecay;
     for (int32_t i = 0; i < drafted && i <= accepted; ++i) {
         const double outcome = i < accepted ? 1.0 : 0.0;
         acc_num_[i] = kObservationDecay * acc_num_[i] + outcome;
         acc_den_[i] = kObservationDecay * acc_den_[i] + 1.0;
-        fast_num_[i] = kFastDecay * fast_num_[i] + outcome;
-        fast_den_[i] = kFastDecay * fast_den_[i] + 1.0;
+        fast_num_[i] = fast_decay * fast_num_[i] + outcome;
+        fast_den_[i] = fast_decay * fast_den_[i] + 1.0;
         if (std::abs(fast_num_[i] / fast_den_[i] - acc_num_[i] / acc_den_[i]) > kChange) {
             acc_num_[i] = fast_num_[i];
             acc_den_[i] = fast_den_[i];
@@ -291,6 +328,10 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     const bool steady = drafted == previous_ && shape == previous_shape_ && !resumed && us > 0;
     previous_ = drafted;
     previous_shape_ = shape;
+    if (trace_) {
+        std::fprintf(trace_.get(), "cost %d %d %d %lld %d\n", drafted, shape.streams, shape.threads, (long long) us,
+                     steady ? 1 : 0);
+    }
     if (!steady) {
         return;
     }

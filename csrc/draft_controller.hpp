@@ -13,7 +13,7 @@
 // only part of it (a new text). The length one above the best measured is tried when
 // a bound says it could beat it (a position never observed accepts like the one before;
 // T grows per draft at least as fast as it did up to the longest measured length). When
-// plain decoding wins, short probes at doubling intervals (in tokens) check whether that
+// plain decoding wins, short probes at doubling intervals (in rounds) check whether that
 // is still true, so the cost of looking stays a bounded share of the decode; a probe
 // weighs the evidence from before it as a few observations, so that an answer's first
 // drafts cannot outvote it. Neighbouring lengths are re-measured every 32 drafting
@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -34,7 +36,7 @@ struct ControllerEstimates {
     std::vector<double> iteration_us;  // [k]: time of an iteration drafting k (0 = not measured yet)
     std::vector<double> expected_tokens_per_s;  // [k]: E(k) / T(k) (0 = not measured yet)
     int32_t choice = 0;                // the length chosen last
-    int32_t probe_interval = 0;        // tokens between probes while plain decoding wins
+    int32_t probe_interval = 0;        // plain rounds between probes while plain decoding wins
 };
 
 class DraftController {
@@ -80,6 +82,7 @@ private:
         double head_step_us = 0.0;
     };
     Costs & costs_of(Shape shape);  // made on first use, seeded from the nearest shape (mutex_ held)
+    void seed_from_nearest(Costs & t);  // lengths without a steady time of their own (mutex_ held)
     Costs & costs();              // the current shape's (mutex_ held)
     const Costs & costs() const;
     void observe_acceptance_locked(int32_t drafted, int32_t accepted);
@@ -99,7 +102,7 @@ private:
     std::vector<bool> acc_seen_;
     std::vector<Costs> costs_;    // one per shape seen (a handful)
     Shape shape_;                 // of the iteration being chosen
-    int32_t plain_run_ = 0;       // plain tokens since the last probe or drafting iteration
+    int32_t plain_run_ = 0;       // plain rounds since the last probe
     int32_t probe_interval_;
     // A burst: a few iterations at one length (a probe from plain decoding, or a try
     // of a length not measured lately), so that its steady cost gets measured.
@@ -113,6 +116,10 @@ private:
     bool burst_is_explore_ = false;
     bool explore_down_ = false;   // the last try was one draft fewer
     int32_t choice_ = 0;
+    const char * why_ = "";       // what decided the last choice (for the trace)
+    // MTP_LLM_CONTROLLER_TRACE=path appends every choice and observation to that file, one per line
+    // (benchmarks/controller_trace.py reads it): how a run's lengths came about, for tuning.
+    std::unique_ptr<std::FILE, int (*)(std::FILE *)> trace_{nullptr, &std::fclose};
 };
 
 }  // namespace mtp

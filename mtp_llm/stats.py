@@ -59,7 +59,8 @@ class DraftControllerEstimates:
     choice: int
     """The draft length chosen last."""
     probe_interval: int
-    """Tokens between probes of drafting while plain decoding is faster."""
+    """Plain rounds (iterations of every stream, one token each) between probes of drafting while
+    plain decoding is faster."""
 
     @classmethod
     def from_native(cls, native: Any) -> DraftControllerEstimates:
