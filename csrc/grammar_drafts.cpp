@@ -6,6 +6,8 @@
 // verifies every draft as usual, so a tokenization it would not choose is simply rejected
 // and output stays the target's; the head follows every verified row either way.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "draft_source.hpp"
@@ -19,7 +21,11 @@ namespace {
 class GrammarDrafts final : public DraftSource {
 public:
     GrammarDrafts(std::unique_ptr<DraftSource> head, const llama_vocab * vocab)
-        : head_(std::move(head)), tokenizer_(vocab) {}
+        : head_(std::move(head)), tokenizer_(vocab), vocab_(vocab) {
+        if (const char * path = std::getenv("MTP_LLM_FORCED_TRACE"); path != nullptr && *path != '\0') {
+            trace_.reset(std::fopen(path, "a"));
+        }
+    }
 
     const char * name() const override { return head_->name(); }
     bool may_defer_prompt() const override { return head_->may_defer_prompt(); }
@@ -61,6 +67,9 @@ public:
     }
     void accept(Slot & s, size_t n_accepted) override {
         if (s.round.n_forced > 0 && !s.round.is_replay) {
+            if (trace_) {
+                write_trace(s);
+            }
             tokenizer_.learn(s.cache.id_last, s.round.draft_tokens, (size_t) s.round.n_forced, s.round.ids);
         }
         head_->accept(s, n_accepted);
@@ -70,8 +79,29 @@ public:
     void print_stats(const Counters & total) const override { head_->print_stats(total); }
 
 private:
+    // MTP_LLM_FORCED_TRACE=path: each pass with forced drafts as `prev|draft|draft|... => ids|...`
+    // (pieces, JSON-escaped quotes left as they are): which spellings the target rejects.
+    void write_trace(const Slot & s) {
+        const Slot::Round & r = s.round;
+        std::string line = common_token_to_piece(vocab_, s.cache.id_last, false) + " ||";
+        for (size_t i = 0; i < r.draft_tokens.size(); ++i) {
+            line += (i + (size_t) r.n_forced == r.draft_tokens.size() ? " ## " : " | ") +
+                    common_token_to_piece(vocab_, r.draft_tokens[i], false);
+        }
+        line += " => ";
+        for (const llama_token id : r.ids) {
+            line += common_token_to_piece(vocab_, id, false) + " | ";
+        }
+        for (char & c : line) {
+            c = c == '\n' ? ' ' : c;
+        }
+        std::fprintf(trace_.get(), "%zu/%zu %s\n", r.ids.size() - 1, r.draft_tokens.size(), line.c_str());
+    }
+
     std::unique_ptr<DraftSource> head_;
     ForcedTokenizer tokenizer_;
+    const llama_vocab * vocab_;
+    std::unique_ptr<std::FILE, int (*)(std::FILE *)> trace_{nullptr, &std::fclose};
 };
 
 }  // namespace

@@ -146,3 +146,18 @@ def test_sampled_output_under_a_grammar_follows_the_target_distribution(tiny_pat
     assert chi2 < CHI2_CRITICAL_DF2, (counts, target)
     biased = [target[0] + 0.05, target[1] - 0.03, target[2] - 0.02]
     assert sum((c - sum(counts) * p) ** 2 / (sum(counts) * p) for c, p in zip(counts, biased)) > CHI2_CRITICAL_DF2
+
+
+@pytest.mark.parametrize("n_draft", [0, 3])
+def test_greedy_under_a_grammar_picks_what_the_whole_vocabulary_scan_picks(random_model: Model, n_draft: int) -> None:
+    """Patch 0019: a greedy chain resamples a token the grammar rejects as the best allowed one among
+    its top candidates, not by a grammar pass over the whole vocabulary. temp=1 with top_k=1 is the
+    same choice (the highest allowed logit) through llama.cpp's full resampling; a random-weight model's
+    favourite is almost never allowed by the schema, so nearly every token is a resample."""
+    grammar = json_schema_grammar(SCHEMA)
+    session = make_session(random_model, n_draft=n_draft)
+    for prompt in PROMPTS:
+        fast = token_ids(session, prompt, max_tokens=160, temp=0, grammar=grammar)
+        full = token_ids(session, prompt, max_tokens=160, temp=1.0, top_k=1, seed=7, grammar=grammar)
+        assert fast == full, prompt
+        assert json.loads(random_model.detokenize(fast))["unit"] in ("celsius", "fahrenheit")
