@@ -48,6 +48,9 @@ public:
             if (text.empty()) {
                 if (r.n_max > 0) {
                     r.grammar.reset(s->call.sampler.get(), &tokenizer_, s->cache.id_last);  // the head drafts what the grammar allows
+                    if (head_accepted_ < kTailPays * head_drafted_) {
+                        r.forced_room = std::min(r.forced_room, r.n_max);  // no forced tail past the head's own length
+                    }
                 }
                 continue;
             }
@@ -66,6 +69,11 @@ public:
         head_->catch_up(slots, verify_batch);
     }
     void accept(Slot & s, size_t n_accepted) override {
+        const Slot::Round & r = s.round;
+        if (r.grammar && !r.is_replay && r.draft_tokens.size() > (size_t) r.n_forced) {
+            head_accepted_ = kHeadMemory * head_accepted_ + (r.ids.size() > 1 ? 1.0 : 0.0);
+            head_drafted_ = kHeadMemory * head_drafted_ + 1.0;
+        }
         if (s.round.n_forced > 0 && !s.round.is_replay) {
             if (trace_) {
                 write_trace(s);
@@ -98,6 +106,14 @@ private:
         std::fprintf(trace_.get(), "%zu/%zu %s\n", r.ids.size() - 1, r.draft_tokens.size(), line.c_str());
     }
 
+    // A forced tail after a head draft (the grammar's text once the head has chosen, say, where a number
+    // ends) commits only if that draft is accepted, and each of its tokens is a verify row: 0.15-0.2 of a
+    // one-row pass on the CPUs measured (docs/performance.md). So it is drafted only while the head's
+    // drafts under the grammar are accepted often enough (decayed counts; a prior of one half, worth one).
+    static constexpr double kTailPays = 0.3;
+    static constexpr double kHeadMemory = 0.9;
+    double head_accepted_ = 0.5;
+    double head_drafted_ = 1.0;
     std::unique_ptr<DraftSource> head_;
     ForcedTokenizer tokenizer_;
     const llama_vocab * vocab_;
