@@ -96,6 +96,29 @@ def test_schema_output_takes_few_passes_per_token(random_model: Model) -> None:
     assert stats.drafts_forced_accepted / stats.drafts_forced >= 0.8, stats.summary()
 
 
+def test_forced_tails_stop_while_the_heads_drafts_under_the_grammar_fail(
+    random_model: Model, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forced tail rides on a head draft and falls with it, each of its tokens a verify row: after the
+    random head's first rejected draft under the grammar (acceptance below 0.3, from a prior of one half)
+    no forced tail goes past the head's own length (n_draft), until its drafts are accepted often enough
+    again. Read from the session's forced-draft trace (``MTP_LLM_FORCED_TRACE``: a line per pass with forced
+    drafts, ``accepted/drafted prev || | head drafts ## forced drafts => target tokens``)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "m": {"type": "integer"}},
+              "required": ["n", "m"], "additionalProperties": False}
+    trace = tmp_path / "forced.txt"
+    monkeypatch.setenv("MTP_LLM_FORCED_TRACE", str(trace))
+    session = make_session(random_model, n_draft=2)
+    monkeypatch.delenv("MTP_LLM_FORCED_TRACE")
+    for prompt in PROMPTS:
+        session.generate(prompt, max_tokens=40, temp=0, grammar=json_schema_grammar(schema))
+    session.close()
+    after_head = [line for line in trace.read_text().splitlines() if line.split("||")[1].startswith(" | ")]
+    drafted = [int(line.split()[0].split("/")[1]) for line in after_head]
+    assert len(after_head) >= 3, after_head
+    assert sum(1 for n in drafted if n > 2) <= 1, after_head  # the first, on the prior
+
+
 def test_parallel_calls_draft_their_own_forced_text(random_model: Model) -> None:
     import concurrent.futures
 
