@@ -6,8 +6,9 @@ trace (``MTP_LLM_CONTROLLER_TRACE=path``), then show it.
 
 ``show`` prints the steady round times per (streams, length) and the choices in order, one line per
 call: ``[k<why>/<streams>]`` then each stream's outcome (``+`` all drafts accepted, ``-`` not, ``.`` plain);
-why: ``u`` plain time not measured yet, ``t`` a try of one draft more, ``b`` the rest of a burst,
-``p`` a probe from plain decoding, ``e`` a try of a neighbouring length, nothing: the best measured.
+why: ``n`` no room to draft (context, max_tokens), ``u`` plain time not measured yet, ``t`` a try of one
+draft more, ``b`` the rest of a burst, ``p`` a probe from plain decoding, ``e`` a try of a neighbouring
+length, nothing: the best measured.
 The trace's lines: ``choose STREAMS THREADS LIMIT CHOICE WHY``, ``accept DRAFTED ACCEPTED``,
 ``cost DRAFTED STREAMS THREADS US STEADY``, ``interrupt`` (a new call), ``skip`` (a thread probe round).
 """
@@ -20,7 +21,7 @@ import os
 import statistics
 from pathlib import Path
 
-WHY = {"unmeasured": "u", "burst": "b", "try": "t", "best": "", "probe": "p", "explore": "e"}
+WHY = {"no-room": "n", "unmeasured": "u", "burst": "b", "try": "t", "best": "", "probe": "p", "explore": "e"}
 
 
 def record(model_path: str, streams: int, threads: int | None, calls: int, tokens: int, out: Path) -> None:

@@ -1,12 +1,17 @@
 """Per-token sampling time under every template's tool-call grammar (forced calls).
 
 Usage: python benchmarks/grammar_cost.py [--tool weather|awkward] [--out DIR]
+       python benchmarks/grammar_cost.py --built-in [--reps 2]
 
 For each chat template of the pinned llama.cpp tree, a tiny random-weight model carrying it
 generates a forced call of the tool (greedy, n_draft 3, 1 thread) and the table reports the
 sampling time per emitted token (the grammar is applied while sampling), the whole call's time
 and what was generated. ``awkward`` is a tool with a dotted name, a key with a space and a
 ``$ref``, the shape that once made command-r7b's grammar take seconds per token.
+
+``--built-in``: the same measure on the built-in model's 49,152-token vocabulary, plain decoding of the
+structured benchmark's workloads (forced tool calls and JSON-schema answers, ``benchmarks/structured_speed.py``),
+1 thread; the last of ``--reps`` repetitions counts (the first warms the session up).
 """
 
 from __future__ import annotations
@@ -37,12 +42,40 @@ TOOLS = {
 }
 
 
+def built_in(reps: int) -> None:
+    """Sampling time per token on the built-in model under the structured workloads' grammars."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from structured_speed import workloads
+
+    from mtp_llm import Model
+    from mtp_llm.default_model import default_model_path
+
+    model = Model.load(default_model_path())
+    session = MTP(model, draft_model=None, n_draft=0, n_threads=1)
+    for load, items in workloads(model, 128).items():
+        sample_us = tokens = 0
+        for _ in range(reps):
+            sample_us = tokens = 0
+            for prompt, options in items:
+                session.generate(prompt, options=options)
+                st = session.last_stats
+                assert st is not None
+                sample_us += st.timing_us.sample
+                tokens += st.tokens_emitted
+        print(f"{load:12s} {sample_us / 1000 / tokens:.3f} ms of sampling a token ({tokens} tokens)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tool", choices=sorted(TOOLS), default="awkward")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/grammar_cost"))
+    parser.add_argument("--built-in", action="store_true", help="the built-in model's structured workloads instead")
+    parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
+    if args.built_in:
+        built_in(args.reps)
+        return
     models = write_template_models(Path("tests/.models/templates"))
     rows = []
     for name in TEMPLATES:

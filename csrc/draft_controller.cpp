@@ -166,7 +166,7 @@ int32_t DraftController::start_burst(int32_t k, int32_t iterations, bool probe) 
 
 int32_t DraftController::decide(int32_t limit) {
     if (limit <= 0 || !measured(0)) {
-        why_ = "unmeasured";
+        why_ = limit <= 0 ? "no-room" : "unmeasured";
         return 0;
     }
     if (burst_left_ > 0) {
