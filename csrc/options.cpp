@@ -68,8 +68,9 @@ void validate(const ContextOptions & o, int32_t max_draft) {
     if (o.n_ctx < 16) {
         fail(ErrorKind::InvalidOption, "n_ctx must be at least 16 (got " + std::to_string(o.n_ctx) + ")");
     }
-    if (o.n_batch < 1) {
-        fail(ErrorKind::InvalidOption, "n_batch must be at least 1 (got " + std::to_string(o.n_batch) + ")");
+    if (o.n_batch < 2) {
+        // llama.cpp decodes two tokens at once to learn how a context rolls back (and aborts on a smaller batch)
+        fail(ErrorKind::InvalidOption, "n_batch must be at least 2 (got " + std::to_string(o.n_batch) + ")");
     }
     if (o.n_batch <= longest_draft(o)) {
         fail(ErrorKind::InvalidOption, "n_batch must be greater than n_draft (the verify batch holds n_draft + 1 tokens)");

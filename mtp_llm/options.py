@@ -74,7 +74,7 @@ class SessionOptions:
     n_ctx: int = option(2048, ge=16)
     """Context size of the target and MTP contexts, shared by the ``n_parallel`` slots (each
     holds ``n_ctx // n_parallel`` tokens, as llama-server's ``-c`` with ``-np``)."""
-    n_batch: int = option(512, ge=1)
+    n_batch: int = option(512, ge=2)
     """Maximum tokens per decode call (prompt chunk size)."""
     n_threads: int | None = option(None, ge=1)
     """Decode threads (None = all cores)."""

@@ -62,6 +62,7 @@ CASES: dict[str, tuple[str, str, str]] = {
     "n_draft negative": ("MTP(models['random'], n_draft=-1)", "InvalidOptionError", "n_draft"),
     "n_draft huge": ("MTP(models['random'], n_draft=10**6)", "InvalidOptionError", "n_draft"),
     "n_ctx tiny": ("MTP(models['random'], n_ctx=1)", "InvalidOptionError", "n_ctx"),
+    "n_batch one, plain decoding": ("MTP(models['random'], n_draft=0, n_batch=1)", "InvalidOptionError", "n_batch"),
     "bad cache type": ("MTP(models['random'], type_k='q9')", "InvalidOptionError", "type_k"),
     "prompt beyond n_ctx": ("session(n_ctx=256).generate('x ' * 200, max_tokens=4)", "ContextOverflowError", "n_ctx"),
     "max_tokens beyond n_ctx": ("session(n_ctx=256).generate('Hi', max_tokens=300)", "ContextOverflowError", "max_tokens"),
