@@ -1,6 +1,7 @@
 #include "draft_controller.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -12,8 +13,9 @@ namespace {
 
 constexpr int32_t kMinSamples = 2;         // iterations at a length before its time counts as measured
 constexpr int32_t kMinPlainSamples = 3;    // plain iterations measured before anything is drafted
-constexpr double kCostWeight = 0.1;        // weight of a new iteration time in the decayed average
-constexpr double kOutlier = 2.0;           // a time above this multiple of the average counts as this multiple
+constexpr double kCostWeight = 0.1;        // weight of a new head step time in its decayed average
+constexpr double kOutlier = 2.0;           // a head step above this multiple of the average counts as this multiple
+constexpr size_t kRecentSamples = 8;       // steady times kept per length: its time is their lower median
 constexpr double kObservationDecay = 0.99; // acceptance evidence: weight left after each observation...
 constexpr double kPlainDecay = 0.99;       // ...and after each token decoded without drafting
 constexpr double kFastDecay = 0.8;         // a short memory beside the long one, to see changes
@@ -52,9 +54,17 @@ DraftController::Costs & DraftController::costs_of(Shape shape) {
             return t;
         }
     }
-    costs_.push_back(Costs{shape, std::vector<double>((size_t) n_max_ + 1, 0.0),
-                           std::vector<int32_t>((size_t) n_max_ + 1, 0), std::vector<bool>((size_t) n_max_ + 1, false),
-                           0.0});
+    Costs made;
+    made.shape = shape;
+    made.us.assign((size_t) n_max_ + 1, 0.0);
+    made.n.assign((size_t) n_max_ + 1, 0);
+    made.seeded.assign((size_t) n_max_ + 1, false);
+    made.recent.assign((size_t) n_max_ + 1, {});
+    made.next.assign((size_t) n_max_ + 1, 0);
+    for (auto & r : made.recent) {
+        r.reserve(kRecentSamples);
+    }
+    costs_.push_back(std::move(made));
     seed_from_nearest(costs_.back());
     return costs_.back();
 }
@@ -336,21 +346,27 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
         return;
     }
     Costs & t = costs_of(shape);
-    // Times only grow when the machine is busy (preemption, page faults): the
-    // first samples keep their minimum, later ones move the average by at most
-    // a bounded step.
-    double & c = t.us[drafted];
-    const bool known = t.n[drafted] >= (drafted == 0 ? kMinPlainSamples : kMinSamples);
+    // Times only grow when the machine is busy (preemption, page faults, a stalled thread), so a length's
+    // time is the lower median of its latest steady samples: one stalled sample moves nothing, and a length
+    // measured only in the short bursts of a probe or a neighbour's try is judged like the one in use
+    // (before session 16 a burst caught in a stall kept a length looking worse for many tries).
+    std::vector<double> & recent = t.recent[(size_t) drafted];
     if (t.seeded[drafted]) {
         t.seeded[drafted] = false;
-        c = (double) us;
-    } else if (t.n[drafted] == 0) {
-        c = (double) us;
-    } else if (!known) {
-        c = std::min(c, (double) us);
-    } else {
-        c += kCostWeight * (std::min((double) us, kOutlier * c) - c);
+        recent.clear();
+        t.next[drafted] = 0;
     }
+    if (recent.size() < kRecentSamples) {
+        recent.push_back((double) us);
+    } else {
+        recent[(size_t) t.next[drafted]] = (double) us;
+    }
+    t.next[drafted] = (t.next[drafted] + 1) % kRecentSamples;
+    std::array<double, kRecentSamples> sorted{};
+    std::copy(recent.begin(), recent.end(), sorted.begin());
+    const auto middle = sorted.begin() + (ptrdiff_t) (recent.size() - 1) / 2;
+    std::nth_element(sorted.begin(), middle, sorted.begin() + (ptrdiff_t) recent.size());
+    t.us[drafted] = *middle;
     t.n[drafted] = std::min(t.n[drafted] + 1, 1 << 20);
     if (drafted > 0 && head_us > 0) {
         const double step = (double) head_us / drafted;

@@ -3,7 +3,7 @@
 // measurements. Cost model and policy: docs/performance.md ("Automatic draft length").
 //
 //   E(k) = 1 + a_0 + a_0 a_1 + ... + a_0...a_{k-1}   tokens committed by an iteration of k drafts
-//   T(k) = measured time of an iteration that drafted k (decayed average)
+//   T(k) = measured time of an iteration that drafted k (lower median of the latest 8 steady ones)
 //   rate(k) = E(k) / T(k)
 //
 // a_i is the acceptance at draft position i given that the drafts before it were
@@ -79,6 +79,8 @@ private:
         std::vector<double> us;
         std::vector<int32_t> n;
         std::vector<bool> seeded;  // [k]: copied from another number of streams; the first steady time replaces it
+        std::vector<std::vector<double>> recent;  // [k]: the latest steady times (a ring), us[k] their lower median
+        std::vector<int32_t> next;                // [k]: the ring's next slot
         double head_step_us = 0.0;
     };
     Costs & costs_of(Shape shape);  // made on first use, seeded from the nearest shape (mutex_ held)

@@ -224,8 +224,9 @@ def test_a_round_after_a_thread_probe_is_no_cost_sample() -> None:
     c.skip_round()  # a probe round: not observed
     c.observe(k, k, int(2 * before), 100 * k, False)  # twice as slow: the switch back, not the length
     assert c.estimates().iteration_us[k] == pytest.approx(before)
-    c.observe(k, k, int(2 * before), 100 * k, False)  # a steady slow round counts
-    assert c.estimates().iteration_us[k] > before
+    for _ in range(5):  # steady slow rounds count: the lower median of the latest 8 follows them
+        c.observe(k, k, int(2 * before), 100 * k, False)
+    assert c.estimates().iteration_us[k] == pytest.approx(2 * before)
 
 
 def test_a_new_number_of_streams_starts_from_the_nearest_measured_one() -> None:
@@ -300,3 +301,35 @@ def test_controller_reaches_the_best_fixed_length_with_several_streams(
         auto, lengths = run_streams(lambda c: c.choose(4, streams), streams, costs, 0.75, correlated, seed)
         fixed = [run_streams(lambda c, k=k: k, streams, costs, 0.75, correlated, seed)[0] for k in range(5)]
         assert auto >= 0.975 * max(fixed), (seed, auto, fixed, lengths)
+
+
+def test_controller_is_not_misled_by_rounds_caught_in_a_stall() -> None:
+    """Four streams, every draft accepted, round times with 5% jitter and 6% of rounds stalled 2.5x (a
+    descheduled compute thread, as measured on a 2-core machine with callers beside the engine's threads):
+    n_draft 3 beats 2 by 7%. A length's time is the lower median of its latest steady rounds, so a stalled
+    burst does not write a length off, and auto keeps >= 0.97x the best fixed length."""
+    import random
+
+    costs = [21000, 30000, 36000, 45000, 60000]
+
+    def run(choose: Any, seed: int, rounds: int = 3000) -> float:
+        rng = random.Random(seed)
+        c = _core.DraftController(4)
+        tokens = time = 0.0
+        for r in range(rounds):
+            if r % 24 == 0:
+                c.interrupt()  # a new batch of calls
+            k = choose(c)
+            for _ in range(4):
+                c.observe_acceptance(k, k)
+            us = costs[k] * (1 + 0.05 * rng.random()) * (2.5 if rng.random() < 0.06 else 1.0)
+            c.observe_cost(k, 4, int(us), 1000 * k * 4, False)
+            tokens += 4 * (1 + k)
+            time += us
+        return tokens / time
+
+    for seed in range(4):
+        auto = run(lambda c: c.choose(4, 4), seed)
+        fixed = [run(lambda c, k=k: k, seed) for k in range(5)]
+        assert max(fixed) == fixed[3]
+        assert auto >= 0.97 * fixed[3], (seed, auto, fixed)
