@@ -6,6 +6,8 @@ one engine thread. Appends one JSON line per prompt to ``WORK/gen.jsonl``:
 indices already there (resumable: kill it at any time).
 
     nice -n 19 .venv/bin/python tools/train_smollm2_head/gen_data.py --limit 3000
+
+Session 16: ``--first K`` answers the prompts from index K on first (then the earlier unanswered ones).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--part", type=str, default="0/1",
                     help="K/N: answer only prompts i with i %% N == K (N processes of 1 thread each share the "
                          "file: on a shared machine, ggml's threads of one process stall each other less)")
+    ap.add_argument("--first", type=int, default=0,
+                    help="answer the prompts from index FIRST on before the earlier ones (session 16: the third "
+                         "block, 9480.., before the rest of TEMPLATES_TRAIN_2)")
     args = ap.parse_args(argv)
     part, parts = (int(v) for v in args.part.split("/"))
 
@@ -67,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
                 pass  # a line cut by a kill: its prompt is answered again
     prompts = train_prompts()[: args.limit] if args.set == "train" else heldout_prompts(20 + args.limit)[20:]
     todo = [i for i in range(len(prompts)) if i not in done and i % parts == part]
+    todo = [i for i in todo if i >= args.first] + [i for i in todo if i < args.first]
     print(f"{len(done)} done, {len(todo)} to go", flush=True)
 
     model = Model.load(args.model or source_path(), load_mtp=False)

@@ -28,6 +28,9 @@ trimmed with ``--draft-ids``) to ``WORK/ckpt-NAME-best.pt``; ``--ema DECAY`` kee
 of the weights (updated every step, resumed with the checkpoint) and writes it to ``WORK/ckpt-NAME-ema.pt`` at
 every checkpoint (for ``val.py`` / ``export.py --ckpt``).
 
+Session 16: ``--fp32`` trains without bf16 autocast (validation unchanged); on the AMD EPYC bf16 was 1.6x faster
+(``results/probe-dtype-session16.log``), so it is for CPUs where that does not hold.
+
 Session 15: ``--upweight START:W`` counts gen.jsonl lines (the shards' ``first_line``), not positions in the shard
 list, so it stays right when hidden.py ``--shard-ids`` left some shards out.
 
@@ -37,6 +40,7 @@ list, so it stays right when hidden.py ``--shard-ids`` left some shards out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -98,7 +102,7 @@ def data_vocab(seqs, n_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len: int, vocab=None,
-               soft: float = 0.0, hard: str = "data"):
+               soft: float = 0.0, hard: str = "data", fp32: bool = False):
     tlen = min(max_len, max(len(t) for t, _, _ in batch))
     B = len(batch)
     x = torch.zeros(B, tlen, dtype=torch.long)
@@ -115,23 +119,24 @@ def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len
     if vocab is not None:  # a target outside a --draft-ids vocabulary: no draft can be right there
         tgt_mask &= vocab[1][target] >= 0
     emb = E[x]
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    dt = torch.float32 if fp32 else torch.bfloat16  # --fp32: no autocast, fp32 products (session 16)
+    with contextlib.nullcontext() if fp32 else torch.autocast("cpu", dtype=torch.bfloat16):
         gs = head.steps(emb, h, len(weights))
         losses, accs = [], []
         # the softmax runs over the tokens of the data only (--vocab data): 5-6x less work than
         # the 49152-token LM head, and every target is among them
         if vocab is None:
-            Eb, tsel = E.to(torch.bfloat16), target[tgt_mask]
+            Eb, tsel = E.to(dt), target[tgt_mask]
         else:
-            Eb, tsel = E[vocab[0]].to(torch.bfloat16), vocab[1][target[tgt_mask]]
+            Eb, tsel = E[vocab[0]].to(dt), vocab[1][target[tgt_mask]]
         if soft > 0 or hard == "trunk":  # the trunk's own distribution of x[i+1]: its logits at position i (h[i])
             with torch.no_grad():
-                teacher = (h[tgt_mask].to(torch.bfloat16) @ Eb.t()).float().softmax(-1)
+                teacher = (h[tgt_mask].to(dt) @ Eb.t()).float().softmax(-1)
             if hard == "trunk":  # what the trunk itself would write there (answers made by another model)
                 tsel = teacher.argmax(-1)
         for g in gs:
             sel = g[tgt_mask]
-            logits = sel.to(torch.bfloat16) @ Eb.t()
+            logits = sel.to(dt) @ Eb.t()
             hard = F.cross_entropy(logits.float(), tsel)
             if soft > 0:
                 hard = (1 - soft) * hard + soft * F.cross_entropy(logits.float(), teacher)
@@ -223,6 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep-best", action="store_true",
                     help="write the head of the best VAL so far (n_draft 1; trimmed with --draft-ids) to "
                          "WORK/ckpt-NAME-best.pt")
+    ap.add_argument("--fp32", action="store_true",
+                    help="train without bf16 autocast (fp32 products); validation stays bf16 as before")
     ap.add_argument("--ema", type=float, default=0.0,
                     help="DECAY: keep an exponential moving average of the weights, WORK/ckpt-NAME-ema.pt")
     args = ap.parse_args(argv)
@@ -336,7 +343,8 @@ def main(argv: list[str] | None = None) -> None:
             group["lr"] = max(lr, args.lr * 0.05)
         idx = rng.choice(len(train), size=args.batch, replace=False, p=p_train)
         loss, losses, accs, rows = batch_loss(head, E, [train[i] for i in idx], weights, args.max_len,
-                                              vocab if args.vocab == "data" else None, args.soft, args.hard)
+                                              vocab if args.vocab == "data" else None, args.soft, args.hard,
+                                              args.fp32)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
