@@ -280,7 +280,7 @@ def write_head(
 
 HEAD_FILE = Path(__file__).parent / "models" / "smollm2-135m-mtp-head.gguf"
 """The trained head the package ships (``tools/train_smollm2_head``)."""
-HEAD_SHA256 = "75bcd2448dc4898873a2f4d17ddbff141e4a3d7d22b45a6033705836a67d0a85"
+HEAD_SHA256 = "819a29aa2a86b52f8b1d0aec9cc8b5f2ca69933670b07faa62edda02512666d9"
 """sha256 of :data:`HEAD_FILE`; empty while no trained head is shipped."""
 
 
