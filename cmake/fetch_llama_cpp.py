@@ -46,7 +46,7 @@ PATCHES: dict[str, str] = {
     "0016-exact-columns-every-cpu.patch": "4ddcb8ee1f6ae0e4468478eb67bad02765dd7bee68418cd2ee4dc6ed9c6894a4",
     "0017-q4-1-verify-fewer-instructions.patch": "156fd1995d4a88d7158a8bf2be31e183fec87553b41a05fb323962d5735a76ed",
     "0018-small-batch-grouped-columns.patch": "b3cd3163f6dd1817d4d0ec16ec086e045827a31f19b0c4e025cb64f292c2e83c",
-    "0019-greedy-grammar-resample.patch": "e7354e3f11232b3cd7cde5f434a027eb95a0f629471fcd90eb4077af19b68507",
+    "0019-greedy-grammar-resample.patch": "3e17d00973bfad5959522c9b84a746311becb134402ee9bd4bfd98766017fc7b",
 }
 STAMP = ".mtp_llm_patches"
 

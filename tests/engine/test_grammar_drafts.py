@@ -11,6 +11,7 @@ from tests.helpers import make_session
 
 from mtp_llm import MTP, Model, TokenEvent
 from mtp_llm.chat import json_schema_grammar
+from mtp_llm.gguf.synthetic import synthetic_model
 
 # Every character forced, none of them in a merge of the tiny vocabulary: one token each.
 LITERAL = '{"x": 1, "y": 2}'
@@ -171,16 +172,27 @@ def test_sampled_output_under_a_grammar_follows_the_target_distribution(tiny_pat
     assert sum((c - sum(counts) * p) ** 2 / (sum(counts) * p) for c, p in zip(counts, biased)) > CHI2_CRITICAL_DF2
 
 
+@pytest.fixture(scope="module")
+def synthetic_4096(tmp_path_factory: pytest.TempPathFactory) -> Model:
+    """A forced-acceptance synthetic model with a 4,096-token vocabulary: large enough for patch 0019's
+    search among the best candidates (the random model's 264 tokens are scanned whole)."""
+    return Model.load(synthetic_model("2M", None, "f16", tmp_path_factory.mktemp("synthetic_4096")))
+
+
 @pytest.mark.parametrize("n_draft", [0, 3])
-def test_greedy_under_a_grammar_picks_what_the_whole_vocabulary_scan_picks(random_model: Model, n_draft: int) -> None:
+@pytest.mark.parametrize("which", ["random", "synthetic 4096"])
+def test_greedy_under_a_grammar_picks_what_the_whole_vocabulary_scan_picks(
+    random_model: Model, synthetic_4096: Model, which: str, n_draft: int
+) -> None:
     """Patch 0019: a greedy chain resamples a token the grammar rejects as the best allowed one among
     its top candidates, not by a grammar pass over the whole vocabulary. temp=1 with top_k=1 is the
-    same choice (the highest allowed logit) through llama.cpp's full resampling; a random-weight model's
-    favourite is almost never allowed by the schema, so nearly every token is a resample."""
+    same choice (the highest allowed logit) through llama.cpp's full resampling. Neither model's
+    favourite is usually allowed by the schema, so most tokens are resamples."""
+    model = random_model if which == "random" else synthetic_4096
     grammar = json_schema_grammar(SCHEMA)
-    session = make_session(random_model, n_draft=n_draft)
+    session = make_session(model, n_draft=n_draft)
     for prompt in PROMPTS:
         fast = token_ids(session, prompt, max_tokens=160, temp=0, grammar=grammar)
         full = token_ids(session, prompt, max_tokens=160, temp=1.0, top_k=1, seed=7, grammar=grammar)
         assert fast == full, prompt
-        assert json.loads(random_model.detokenize(fast))["unit"] in ("celsius", "fahrenheit")
+        assert json.loads(model.detokenize(fast))["unit"] in ("celsius", "fahrenheit")
