@@ -47,6 +47,7 @@ PATCHES: dict[str, str] = {
     "0017-q4-1-verify-fewer-instructions.patch": "156fd1995d4a88d7158a8bf2be31e183fec87553b41a05fb323962d5735a76ed",
     "0018-small-batch-grouped-columns.patch": "b3cd3163f6dd1817d4d0ec16ec086e045827a31f19b0c4e025cb64f292c2e83c",
     "0019-greedy-grammar-resample.patch": "3e17d00973bfad5959522c9b84a746311becb134402ee9bd4bfd98766017fc7b",
+    "0020-flash-attn-blocked-rows.patch": "df7be12d3e378778dc0c9b72f27531ce82c10542f7ef0014f1c52bba6a53c070",
 }
 STAMP = ".mtp_llm_patches"
 
