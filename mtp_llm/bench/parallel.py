@@ -104,6 +104,7 @@ def run_parallel(
                     "draft_length_counts": lengths[(k, n)],
                 }
             )
+    _add_auto_vs_best_fixed(rows, walls, n_drafts, levels)
     first = next(iter(sessions.values()))
     meta = {
         "model": str(model.path),
@@ -120,6 +121,29 @@ def run_parallel(
     return rows, meta
 
 
+def _add_auto_vs_best_fixed(
+    rows: list[dict[str, Any]],
+    walls: dict[tuple[DraftLength, int], list[float]],
+    n_drafts: Sequence[DraftLength],
+    levels: Sequence[int],
+) -> None:
+    """On each "auto" row: the best fixed length at its number of streams (highest median) and auto's
+    speed over it as the median of per-repetition ratios. A repetition runs every configuration back to
+    back, so its ratio cancels the machine's slower and faster minutes, which a ratio of medians keeps."""
+    fixed = [k for k in n_drafts if k != "auto"]
+    if "auto" not in n_drafts or not fixed:
+        return
+    by_key = {(r["n_draft"], r["streams"]): r for r in rows}
+    for n in levels:
+        best = max(fixed, key=lambda k: by_key[(k, n)]["aggregate_tps"])
+        ratios = [b / a for a, b in zip(walls[("auto", n)], walls[(best, n)])]  # (n*tokens/a) / (n*tokens/b)
+        row = by_key[("auto", n)]
+        row["best_fixed"] = best
+        row["vs_best_fixed"] = statistics.median(ratios)
+        row["vs_best_fixed_min"] = min(ratios)
+        row["vs_best_fixed_max"] = max(ratios)
+
+
 def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "| n_draft | streams | aggregate tokens/s (median, min-max) | per stream | x one stream | acceptance | calls per verify "
@@ -133,6 +157,14 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{r['acceptance_rate']:.3f} | {r['mean_calls_per_batch']:.2f} | "
             f"{'/'.join(map(str, r['draft_length_counts']))} |"
         )
+    for r in rows:
+        if "vs_best_fixed" in r:
+            lines.append("")
+            lines.append(
+                f"auto vs the best fixed length at {r['streams']} stream(s) (n_draft {r['best_fixed']}): "
+                f"{r['vs_best_fixed']:.3f}x, the median of per-repetition ratios "
+                f"({r['vs_best_fixed_min']:.3f}-{r['vs_best_fixed_max']:.3f})"
+            )
     per_slot = ", ".join(f"n_draft={k}: {b / 2**20:.1f} MiB" for k, b in meta["cache_bytes_per_slot"].items())
     lines.append("")
     lines.append(f"Cache memory per slot ({meta['n_ctx_slot']} tokens, target + MTP head): {per_slot}.")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+
+import pytest
 import subprocess
 import sys
 
@@ -103,3 +105,11 @@ def test_cli_bench_parallel(tiny_paths, tmp_path) -> None:
     assert all(row["acceptance_rate"] == 1.0 for row in report["rows"] if row["n_draft"] == 2)
     assert report["meta"]["n_parallel"] == 2 and report["meta"]["n_ctx_slot"] >= 256
     assert "Cache memory per slot" in (tmp_path / "parallel.md").read_text()
+    rows = {(row["n_draft"], row["streams"]): row for row in report["rows"]}
+    for streams in (1, 2):
+        auto = rows[("auto", streams)]
+        best = max((0, 2), key=lambda k: rows[(k, streams)]["aggregate_tps"])
+        assert auto["best_fixed"] == best
+        # one repetition: its ratio is the ratio of the two speeds
+        assert auto["vs_best_fixed"] == pytest.approx(auto["aggregate_tps"] / rows[(best, streams)]["aggregate_tps"])
+    assert "the median of per-repetition ratios" in (tmp_path / "parallel.md").read_text()
