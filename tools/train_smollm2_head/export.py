@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_data import DEFAULT_WORK  # noqa: E402
 from head_model import Head  # noqa: E402
-from train import dequantized, initial_tensors  # noqa: E402
+from train import dequantized  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,9 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     from mtp_llm.smollm2 import source_path, write_head
 
     source = source_path()
-    head = Head(initial_tensors(source))
     ck = torch.load(args.ckpt or args.work_dir / "ckpt.pt", map_location="cpu", weights_only=False)
-    head.load_state_dict(ck["head"])
+    head = Head.from_state(ck["head"])  # shaped as the checkpoint (session 17; only n_ff 1536 converts today)
     qtype = gguf.GGMLQuantizationType[args.type.upper()]
     stored = {}
     for name, arr in head.tensors().items():

@@ -80,12 +80,41 @@ class Head(nn.Module):
         "nextn.shared_head_norm.weight": (N_EMBD,),
     }
 
-    def __init__(self, init: dict[str, np.ndarray]):
+    def __init__(self, init: dict[str, np.ndarray], n_ff: int | None = None):
+        """``n_ff`` (session 17): the FFN width; default: what ``init`` holds (``N_FF`` for the shipped head)."""
         super().__init__()
+        if n_ff is None:
+            n_ff = int(np.asarray(init["ffn_gate.weight"]).size) // N_EMBD
+        self.n_ff = n_ff
         self.p = nn.ParameterDict({
-            k.replace(".", "__"): nn.Parameter(torch.tensor(init[k], dtype=torch.float32).reshape(shape))
+            k.replace(".", "__"): nn.Parameter(torch.tensor(np.asarray(init[k]), dtype=torch.float32).reshape(
+                tuple(n_ff if d == N_FF else d for d in shape)))
             for k, shape in self.NAMES.items()
         })
+
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor]) -> "Head":
+        """A head shaped as a checkpoint's ``state_dict`` (any ``n_ff``), holding its weights (session 17)."""
+        init = {k.split(".", 1)[1].replace("__", "."): v.detach().float().cpu().numpy() for k, v in state.items()}
+        head = cls(init)
+        head.load_state_dict(state)
+        return head
+
+    def widened(self, n_ff: int, seed: int = 0, scale: float = 1.0) -> "Head":
+        """A copy with ``n_ff`` FFN units that computes exactly what this head computes (session 17): the old
+        gate/up rows and down columns copied, new gate/up rows random (``scale`` x the std of the old rows),
+        new down columns zero."""
+        old = self.tensors()
+        k = old["ffn_gate.weight"].shape[0]
+        assert n_ff > k, (n_ff, k)
+        rng = np.random.default_rng(seed)
+        new = dict(old)
+        for name in ("ffn_gate.weight", "ffn_up.weight"):
+            w = old[name]
+            extra = rng.standard_normal((n_ff - k, N_EMBD)).astype(np.float32) * float(w.std()) * scale
+            new[name] = np.concatenate([w, extra], axis=0)
+        new["ffn_down.weight"] = np.concatenate([old["ffn_down.weight"], np.zeros((N_EMBD, n_ff - k), np.float32)], 1)
+        return Head(new, n_ff)
 
     def w(self, name: str) -> torch.Tensor:
         return self.p[name.replace(".", "__")]

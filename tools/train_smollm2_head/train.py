@@ -31,6 +31,11 @@ every checkpoint (for ``val.py`` / ``export.py --ckpt``).
 Session 16: ``--fp32`` trains without bf16 autocast (validation unchanged); on the AMD EPYC bf16 was 1.6x faster
 (``results/probe-dtype-session16.log``), so it is for CPUs where that does not hold.
 
+Session 17: ``--widen-ff N`` starts a fresh run (``--init``) with a wider FFN in the head block: the old gate/up rows
+and down-proj columns copied, the new gate/up rows random (``--widen-scale`` x the old rows' std), the new down-proj
+columns zero, so step 0 computes exactly what the init head computes. Checkpoints of any ``n_ff`` resume and load
+(``Head.from_state``).
+
 Session 15: ``--upweight START:W`` counts gen.jsonl lines (the shards' ``first_line``), not positions in the shard
 list, so it stays right when hidden.py ``--shard-ids`` left some shards out.
 
@@ -232,6 +237,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="train without bf16 autocast (fp32 products); validation stays bf16 as before")
     ap.add_argument("--ema", type=float, default=0.0,
                     help="DECAY: keep an exponential moving average of the weights, WORK/ckpt-NAME-ema.pt")
+    ap.add_argument("--widen-ff", type=int, default=0,
+                    help="N: a fresh run (--init or the initial head) gets N FFN units instead of its own, "
+                         "function-preserving (old rows copied, new down-proj columns zero; session 17)")
+    ap.add_argument("--widen-scale", type=float, default=1.0,
+                    help="std of the new gate/up rows of --widen-ff, relative to the old rows' std")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     weights = [float(w) for w in args.step_weights.split(",")]
@@ -252,17 +262,25 @@ def main(argv: list[str] | None = None) -> None:
 
     source = source_path()
     E = torch.from_numpy(dequantized(gguf.GGUFReader(str(source)), "token_embd.weight"))
-    head = Head(initial_tensors(source))
-    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     step = 0
     ckpt = work / f"ckpt{sfx}.pt"
     rng = np.random.default_rng(args.seed)
     elapsed0 = 0.0  # training seconds before this process (resume)
     best = -1.0
     ema = None
-    if ckpt.exists():
-        ck = torch.load(ckpt, map_location="cpu", weights_only=False)
-        head.load_state_dict(ck["head"])
+    # the head is shaped as the checkpoint it starts from (session 17: any n_ff), widened by --widen-ff
+    ck = torch.load(ckpt, map_location="cpu", weights_only=False) if ckpt.exists() else None
+    if ck is not None:
+        head = Head.from_state(ck["head"])
+    elif args.init is not None:
+        head = Head.from_state(torch.load(args.init, map_location="cpu", weights_only=False)["head"])
+    else:
+        head = Head(initial_tensors(source))
+    if ck is None and args.widen_ff and args.widen_ff > head.n_ff:
+        say(f"--widen-ff: n_ff {head.n_ff} -> {args.widen_ff} (new down-proj columns zero: same function)")
+        head = head.widened(args.widen_ff, seed=args.seed, scale=args.widen_scale)
+    opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
+    if ck is not None:
         opt.load_state_dict(ck["opt"])
         step = ck["step"]
         elapsed0 = ck.get("elapsed", 0.0)
@@ -271,8 +289,8 @@ def main(argv: list[str] | None = None) -> None:
         rng = np.random.default_rng([args.seed, step])
         say(f"resumed at step {step}")
     elif args.init is not None:
-        head.load_state_dict(torch.load(args.init, map_location="cpu", weights_only=False)["head"])
         say(f"initial head from {args.init}")
+    say(f"head: n_ff {head.n_ff}, {sum(p.numel() for p in head.parameters())} parameters")
     if args.ema > 0 and ema is None:
         ema = {k: v.detach().clone().float() for k, v in head.state_dict().items()}
 

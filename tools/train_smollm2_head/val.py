@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_data import DEFAULT_WORK, hidden_dir  # noqa: E402
 from head_model import Head  # noqa: E402
-from train import batch_loss, correct_per_step, dequantized, initial_tensors, load_shards, simulate_engine  # noqa: E402
+from train import batch_loss, correct_per_step, dequantized, load_shards, simulate_engine  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,9 +44,8 @@ def main(argv: list[str] | None = None) -> None:
 
     source = source_path()
     E = torch.from_numpy(dequantized(gguf.GGUFReader(str(source)), "token_embd.weight"))
-    head = Head(initial_tensors(source))
     ck = torch.load(args.ckpt, map_location="cpu", weights_only=False)
-    head.load_state_dict(ck["head"])
+    head = Head.from_state(ck["head"])  # shaped as the checkpoint (session 17: any n_ff)
     val = load_shards(args.hidden_dir or hidden_dir(args.work_dir, "heldout"))[: args.heldout]
     weights = [1.0] * args.draft
     with torch.no_grad():
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     ce = [sum(r[1][s] * r[3] for r in res) / n for s in range(args.draft)]
     correct = correct_per_step(head, E, val, args.draft)
     sims = {nd: simulate_engine(correct, [p for _, _, p in val], nd) for nd in sorted({1, args.draft})}
-    out = {"ckpt": str(args.ckpt), "step": ck["step"], "sequences": len(val), "rows": n,
+    out = {"ckpt": str(args.ckpt), "step": ck["step"], "n_ff": head.n_ff, "sequences": len(val), "rows": n,
            "ce": ce, "acc": acc, "simulated": sims}
     if args.draft_ids is not None:
         import numpy as np
