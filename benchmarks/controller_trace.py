@@ -11,6 +11,8 @@ draft more, ``b`` the rest of a burst, ``p`` a probe from plain decoding, ``e`` 
 length, nothing: the best measured.
 The trace's lines: ``choose STREAMS THREADS LIMIT CHOICE WHY``, ``accept DRAFTED ACCEPTED``,
 ``cost DRAFTED STREAMS THREADS US STEADY``, ``interrupt`` (a new call), ``skip`` (a thread probe round).
+Every session made while the variable is set appends to the file, so record one session per file (a
+session on a fixed length writes choices without a reason).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def show(path: Path) -> None:
         if not f:
             continue
         if f[0] == "choose":
-            calls[-1].append(f" [{f[4]}{WHY.get(f[5], '?')}/{f[1]}]")
+            why = f[5] if len(f) > 5 else ""  # a session on a fixed length writes no reason
+            calls[-1].append(f" [{f[4]}{WHY.get(why, '?')}/{f[1]}]")
         elif f[0] == "accept":
             drafted, accepted = int(f[1]), int(f[2])
             calls[-1].append("." if drafted == 0 else "+" if accepted >= drafted else "-")
