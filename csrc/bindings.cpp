@@ -154,6 +154,10 @@ PYBIND11_MODULE(_core, m) {
     }, "ggml's devices with their type, backend and memory in bytes.");
     m.def("has_gpu", [] { mtp::ensure_backend(); return mtp::has_accelerator(); },
           "A GPU or integrated-GPU device is there to offload layers to.");
+    m.def("other_runnable_threads", &mtp::other_runnable_threads, py::arg("readings") = 1,
+          py::call_guard<py::gil_scoped_release>(),
+          "Threads of other processes ready to run (the least of `readings` readings 1 ms apart): what an "
+          "adaptive session plans its compute threads around.");
 
     m.def("score_tokens", [](std::shared_ptr<mtp::Model> model, const std::vector<int32_t> & tokens, int32_t n_batch,
                              int32_t n_threads) {

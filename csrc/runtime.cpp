@@ -5,10 +5,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
+
+#include <dirent.h>
 
 #include "errors.hpp"
 #include "ggml-backend.h"
@@ -153,8 +157,45 @@ int32_t default_threads() {
     return hc == 0 ? 4 : (int32_t) hc;
 }
 
+namespace {
+
+// This process's threads that are running or ready to run (/proc/self/task/*/stat state R), the
+// caller's included; -1 where it cannot be read.
+int own_runnable_threads() {
+    DIR * dir = opendir("/proc/self/task");
+    if (dir == nullptr) {
+        return -1;
+    }
+    int running = 0;
+    while (const dirent * entry = readdir(dir)) {
+        if (entry->d_name[0] == '.') {
+            continue;
+        }
+        const std::string path = std::string("/proc/self/task/") + entry->d_name + "/stat";
+        std::FILE * f = std::fopen(path.c_str(), "r");
+        if (f == nullptr) {
+            continue;  // the thread ended
+        }
+        char line[512];
+        const bool read = std::fgets(line, sizeof line, f) != nullptr;
+        std::fclose(f);
+        const char * close = read ? std::strrchr(line, ')') : nullptr;  // the name may hold spaces
+        if (close != nullptr && close[1] == ' ' && close[2] == 'R') {
+            ++running;
+        }
+    }
+    closedir(dir);
+    return running;
+}
+
+}  // namespace
+
 int32_t other_runnable_threads(int32_t readings) {
-    // The least of a few readings: a thread that runs for a moment is not a busy machine.
+    // The least of a few readings: a thread that runs for a moment is not a busy machine. This
+    // process's own threads are left out, the caller's and any others: a BLAS library's workers
+    // spin for a while after the application's last product (numpy's OpenBLAS after an embedding),
+    // which is no load to plan around; a lasting one shows as slower decodes, which the thread
+    // controller notices on its own.
     int least = INT32_MAX;
     for (int32_t reading = 0; reading < std::max(1, readings); ++reading) {
         if (reading > 0) {
@@ -172,9 +213,10 @@ int32_t other_runnable_threads(int32_t readings) {
             }
         }
         std::fclose(f);
-        least = std::min(least, running);
+        const int own = own_runnable_threads();
+        least = std::min(least, running - (own < 1 ? 1 : own));
     }
-    return std::max(0, least - 1);
+    return std::max(0, least);
 }
 
 bool has_accelerator() {

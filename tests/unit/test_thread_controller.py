@@ -4,7 +4,12 @@ times: no model is loaded, no machine load is needed."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +118,33 @@ def test_a_quiet_session_that_turns_busy_moves_to_one_thread_under_noisy_times(s
     assert busy.index(1) <= 12 and busy[60:].count(1) >= 330, busy  # at once, and it stays there (probes aside)
     drive(c, 1200, noisy(QUIET_MEASURED, seed), rows=1)
     assert c.current == 2
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc")
+def test_the_load_a_session_plans_around_leaves_out_its_own_process() -> None:
+    """A BLAS library's workers spin for a while after the application's last product (numpy's OpenBLAS
+    after an embedding): a session made then started on 1 of 2 threads and stayed there for dozens of
+    decodes. Threads of this process are not counted; another process's are."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    baseline = _core.other_runnable_threads(3)
+    own = [threading.Thread(target=spin) for _ in range(2)]
+    for t in own:
+        t.start()
+    try:
+        assert _core.other_runnable_threads(3) <= baseline
+    finally:
+        stop.set()
+        for t in own:
+            t.join()
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        assert _core.other_runnable_threads(3) >= 1
+    finally:
+        other.kill()
+        other.wait()
