@@ -120,7 +120,7 @@ def test_a_quiet_session_that_turns_busy_moves_to_one_thread_under_noisy_times(s
     assert c.current == 2
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads Linux's /proc")
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="no /proc/self/task (not Linux): the reading cannot see threads and counts the caller alone")
 def test_the_load_a_session_plans_around_leaves_out_its_own_process() -> None:
     """A BLAS library's workers spin for a while after the application's last product (numpy's OpenBLAS
     after an embedding): a session made then started on 1 of 2 threads and stayed there for dozens of
