@@ -131,12 +131,22 @@ def test_the_load_a_session_plans_around_leaves_out_its_own_process() -> None:
         while not stop.is_set():
             pass
 
-    baseline = _core.other_runnable_threads(3)
+    # /proc/stat and the thread list are read a moment apart, and a Python thread woken for the GIL is
+    # runnable for that moment: a single reading can count one of ours. Others' load only adds, so the
+    # least of a few readings is what the reading leaves out.
+    def least_reading() -> int:
+        readings = []
+        for _ in range(8):
+            readings.append(_core.other_runnable_threads(3))
+            time.sleep(0.02)
+        return min(readings)
+
+    baseline = least_reading()
     own = [threading.Thread(target=spin) for _ in range(2)]
     for t in own:
         t.start()
     try:
-        assert _core.other_runnable_threads(3) <= baseline
+        assert least_reading() <= baseline
     finally:
         stop.set()
         for t in own:
