@@ -1,6 +1,7 @@
 #include "draft_grammar.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "llama-ext.h"
@@ -9,63 +10,109 @@ namespace mtp {
 
 namespace {
 
-// Learnt splits kept per session (each is one rejected forced draft; a bound, not a budget).
-constexpr size_t kMaxSplits = 4096;
-constexpr int kMaxSplitDepth = 4;
+// What is remembered (each a bound, not a budget): tokens after one token, punctuation tokens,
+// and preceding tokens (all forgotten past it).
+constexpr size_t kRememberedAfter = 8;
+constexpr size_t kRememberedPunctuation = 16;
+constexpr size_t kRememberedPrevs = 4096;
 
-bool starts_with(const std::string & s, const std::string & prefix) {
-    return s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+bool spells_at(const std::string & text, size_t pos, const std::string & piece) {
+    return !piece.empty() && pos + piece.size() <= text.size() && text.compare(pos, piece.size(), piece) == 0;
+}
+
+bool is_punctuation(const std::string & piece) {
+    return !piece.empty() && std::none_of(piece.begin(), piece.end(), [](unsigned char c) {
+        return std::isalnum(c) || std::isspace(c) || c >= 0x80;
+    });
 }
 
 }  // namespace
 
-void ForcedTokenizer::expand(llama_token id, int depth, std::vector<llama_token> & out, llama_token & prev) const {
-    const auto it = depth < kMaxSplitDepth && !whole_.count(pair(prev, id)) ? splits_.find(id) : splits_.end();
-    if (it == splits_.end()) {
-        out.push_back(id);
-        prev = id;
-        return;
+const std::string & ForcedTokenizer::piece(llama_token id) {
+    auto it = pieces_.find(id);
+    if (it == pieces_.end()) {
+        it = pieces_.emplace(id, common_token_to_piece(vocab_, id, /*special=*/false)).first;
     }
-    for (const llama_token part : it->second) {
-        expand(part, depth + 1, out, prev);
+    return it->second;
+}
+
+llama_token ForcedTokenizer::remembered(llama_token prev, const std::string & text, size_t pos) {
+    if (const auto it = after_.find(prev); it != after_.end()) {
+        for (const llama_token id : it->second) {
+            if (spells_at(text, pos, piece(id))) {
+                return id;
+            }
+        }
+    }
+    llama_token longest = -1;
+    for (const llama_token id : punctuation_) {
+        if (spells_at(text, pos, piece(id)) && (longest < 0 || piece(id).size() > piece(longest).size())) {
+            longest = id;
+        }
+    }
+    return longest;
+}
+
+void ForcedTokenizer::remember(llama_token prev, llama_token id, bool instead) {
+    if (after_.size() >= kRememberedPrevs && !after_.count(prev)) {
+        after_.clear();
+    }
+    const auto latest_first = [id](std::vector<llama_token> & list, size_t bound) {
+        list.erase(std::remove(list.begin(), list.end(), id), list.end());
+        list.insert(list.begin(), id);
+        if (list.size() > bound) {
+            list.pop_back();
+        }
+    };
+    latest_first(after_[prev], kRememberedAfter);
+    if (instead && is_punctuation(piece(id))) {
+        latest_first(punctuation_, kRememberedPunctuation);
     }
 }
 
 size_t ForcedTokenizer::tokenize(const std::string & text, llama_token prev, size_t max_tokens,
                                  std::vector<llama_token> & out) {
     const size_t before = out.size();
-    tokens_ = common_tokenize(vocab_, text, /*add_special=*/false, /*parse_special=*/false);
-    for (const llama_token id : tokens_) {
-        if (out.size() - before >= max_tokens) {
-            break;
+    size_t pos = 0;
+    size_t next = 0;  // the tokenizer's tokens of text[from..]: next is the one at pos
+    size_t from = std::string::npos;
+    while (pos < text.size() && out.size() - before < max_tokens) {
+        llama_token id = remembered(prev, text, pos);
+        if (id < 0) {
+            if (from != pos) {
+                tokens_ = common_tokenize(vocab_, text.substr(pos), /*add_special=*/false, /*parse_special=*/false);
+                next = 0;
+                from = pos;
+            }
+            if (next >= tokens_.size()) {
+                break;
+            }
+            id = tokens_[next++];
+            if (!spells_at(text, pos, piece(id))) {
+                // A tokenizer that does not spell text piece by piece (a leading space added):
+                // its own tokens, as they are.
+                for (--next; next < tokens_.size() && out.size() - before < max_tokens; ++next) {
+                    out.push_back(tokens_[next]);
+                }
+                break;
+            }
+            from += piece(id).size();
         }
-        expand(id, 0, out, prev);
+        out.push_back(id);
+        pos += piece(id).size();
+        prev = id;
     }
-    out.resize(std::min(out.size(), before + max_tokens));
     return out.size() - before;
 }
 
 void ForcedTokenizer::learn(llama_token prev, const std::vector<llama_token> & drafted, size_t n_forced,
                             const std::vector<llama_token> & ids) {
-    const size_t i = ids.size() - 1;  // the first draft the target did not take
-    if (n_forced == 0 || i >= drafted.size() || i < drafted.size() - n_forced) {
-        return;  // no forced draft was rejected
-    }
-    const llama_token before = i > 0 ? drafted[i - 1] : prev;
-    const std::string draft_piece = common_token_to_piece(vocab_, drafted[i], /*special=*/false);
-    const std::string target_piece = common_token_to_piece(vocab_, ids[i], /*special=*/false);
-    if (splits_.size() >= kMaxSplits || whole_.size() >= kMaxSplits) {
-        splits_.clear();
-        whole_.clear();
-    }
-    if (starts_with(draft_piece, target_piece)) {
-        std::vector<llama_token> parts = {ids[i]};
-        const llama_tokens rest = common_tokenize(vocab_, draft_piece.substr(target_piece.size()), false, false);
-        parts.insert(parts.end(), rest.begin(), rest.end());
-        splits_[drafted[i]] = std::move(parts);
-        whole_.erase(pair(before, drafted[i]));
-    } else if (starts_with(target_piece, draft_piece)) {
-        whole_.insert(pair(before, ids[i]));
+    // ids[i] (accepted drafts, then the target's own token) was written where forced draft i
+    // stood: inside forced text. A token after the last draft may lie past it.
+    const size_t first = drafted.size() - std::min(n_forced, drafted.size());
+    const size_t end = std::min(ids.size(), drafted.size());
+    for (size_t i = first; i < end; ++i) {
+        remember(i > 0 ? ids[i - 1] : prev, ids[i], ids[i] != drafted[i]);
     }
 }
 

@@ -8,7 +8,6 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "common.h"
@@ -20,13 +19,16 @@ namespace mtp {
 // Characters of forced text looked at per draft (more than the longest draft takes).
 constexpr size_t kMaxForcedBytes = 128;
 
-// Tokens for text a grammar forces, as the target writes it. llama.cpp's tokenizer gives
-// the shortest tokenization, but a model often spells the same text otherwise (SmolLM2
-// writes compact JSON's `":"` as `":` `"`, having learnt JSON with spaces), and each such
-// forced draft is rejected. Where the target took a shorter token than a forced draft, that
-// token is split the target's way from then on; where it took the whole token a split had
-// cut, it stays whole after the same preceding token. Kept per session: the habits are the
-// model's, and calls repeat them.
+// Tokens for text a grammar forces, as the target writes them. llama.cpp's tokenizer gives
+// the shortest tokenization, but a model often spells the same text otherwise (SmolLM2 writes
+// compact JSON's `":"` as `":` `"`, having learnt JSON with spaces; under a schema it may write
+// a key `em` `ployed` in one answer and whole in the next), and each such forced draft is
+// rejected. So the session remembers what the target wrote inside forced text: after a given
+// token, the tokens it wrote there, latest first; and, whatever came before, the punctuation
+// tokens it wrote instead of a forced draft. Forced text is drafted with the latest remembered token that spells it at
+// each point (after the same token, else the longest remembered punctuation), and with the
+// tokenizer's own tokens elsewhere. Kept per session: the habits are the model's, and calls
+// repeat them.
 class ForcedTokenizer {
 public:
     explicit ForcedTokenizer(const llama_vocab * vocab) : vocab_(vocab) {}
@@ -39,12 +41,16 @@ public:
                const std::vector<llama_token> & ids);
 
 private:
-    static uint64_t pair(llama_token prev, llama_token id) { return ((uint64_t) (uint32_t) prev << 32) | (uint32_t) id; }
-    void expand(llama_token id, int depth, std::vector<llama_token> & out, llama_token & prev) const;
+    const std::string & piece(llama_token id);
+    // The remembered token that spells `text` at `pos` after `prev`, or -1.
+    llama_token remembered(llama_token prev, const std::string & text, size_t pos);
+    // `instead`: the target wrote `id` where a different forced draft stood.
+    void remember(llama_token prev, llama_token id, bool instead);
 
     const llama_vocab * vocab_;
-    std::unordered_map<llama_token, std::vector<llama_token>> splits_;  // token -> the target's spelling
-    std::unordered_set<uint64_t> whole_;  // (preceding token, token) the target writes whole
+    std::unordered_map<llama_token, std::vector<llama_token>> after_;  // prev -> what the target wrote next, latest first
+    std::vector<llama_token> punctuation_;  // punctuation the target wrote instead of a forced draft, latest first
+    std::unordered_map<llama_token, std::string> pieces_;
     llama_tokens tokens_;  // kept: nothing is allocated per step once grown
 };
 
