@@ -75,15 +75,19 @@ def run_parallel(
     last: dict[tuple[DraftLength, int], Any] = {}
     lengths: dict[tuple[DraftLength, int], list[int]] = {}  # iterations per drafted length, over the reps
     for rep in range(warmup + reps):
-        for k in n_drafts:
-            for n in levels:
+        # Each number of streams runs every configuration back to back, in an order that turns
+        # with the repetition: a configuration compared with another ran beside it, not minutes
+        # later nor always after the same neighbour (this machine's speed drifts by 15-30% over seconds).
+        for n in levels:
+            for turn in range(len(n_drafts)):
+                k = n_drafts[(turn + rep) % len(n_drafts)]
                 wall, stats = _streams(sessions[k], prompts[:n], tokens)
                 if rep >= warmup:
                     walls[(k, n)].append(wall)
                     last[(k, n)] = stats
                     counts = lengths.setdefault((k, n), [0] * len(stats.draft_length_counts))
-                    for i, c in enumerate(stats.draft_length_counts):
-                        counts[i] += c
+                    for length, c in enumerate(stats.draft_length_counts):
+                        counts[length] += c
     rows = []
     for k in n_drafts:
         base = statistics.median(tokens / w for w in walls[(k, 1)]) if 1 in levels else 0.0
