@@ -14,6 +14,13 @@ of the Q8_0 copy). Prints one JSON object.
         --draft-ids build/smollm2_head/draft-ids-8192.npy                       # held-out (val.py's 60 sequences)
     .venv/bin/python tools/train_smollm2_head/diagnose.py --ckpt ... --draft-ids ... \\
         --shards build/smollm2_head/hidden/shard-00235.npz --limit 60          # training sequences
+
+Session 18: ``--alt-shards FILE...`` = the states of the same lines from another trunk (the shards of ``--shards``
+from the Q4_1 source, ``--alt-shards`` the Q8_0 copy's of the same lines, e.g. ``hidden-q41/`` vs ``hidden/``). Adds
+``alt``: how often the two trunks' argmax differ (full vocabulary, and over the draft ids as train.py ``--hard
+trunk --draft-ids`` takes it), overall and by the primary trunk's p1 bin, and the head's step-1 accuracy (trimmed)
+for each pairing of input states (primary / alt) and target (primary / alt trunk argmax over the draft ids);
+also on the rows where the two hard targets differ (``where_target_differs``) and per ``--shards`` file (``by_file``).
 """
 
 from __future__ import annotations
@@ -35,11 +42,18 @@ BINS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0001)
 POS = ((0, 16), (16, 64), (64, 10**9))
 
 
-def rows_of(head: Head, E: torch.Tensor, seqs, ids: torch.Tensor) -> dict[str, np.ndarray]:
-    """Per answer row: trunk top-1 prob, trunk argmax, data target, head trimmed/full drafts, answer position."""
-    cols: dict[str, list] = {k: [] for k in ("p1", "trunk", "data", "head_t", "head_f", "pos", "seq")}
+def rows_of(head: Head, E: torch.Tensor, seqs, ids: torch.Tensor, alt=None) -> dict[str, np.ndarray]:
+    """Per answer row: trunk top-1 prob, trunk argmax, data target, head trimmed/full drafts, answer position.
+    ``alt`` (session 18): the same sequences' states from another trunk (list of arrays): adds that trunk's
+    argmax (full / over ``ids``), its p1, the primary trunk's argmax over ``ids`` and the head's trimmed draft
+    when fed the alt states."""
+    keys = ["p1", "trunk", "data", "head_t", "head_f", "pos", "seq"]
+    if alt is not None:
+        keys += ["trunk_t", "alt_trunk", "alt_trunk_t", "alt_p1", "alt_head_t"]
+    cols: dict[str, list] = {k: [] for k in keys}
     Eb = E.to(torch.bfloat16)
     Et = E[ids].to(torch.bfloat16)
+    Etf = E[ids]
     with torch.no_grad():
         for si, (toks, hid, n_prompt) in enumerate(seqs):
             n = len(toks)
@@ -62,6 +76,19 @@ def rows_of(head: Head, E: torch.Tensor, seqs, ids: torch.Tensor) -> dict[str, n
             cols["head_f"].append(head_f.numpy())
             cols["pos"].append((r - lo).numpy())
             cols["seq"].append(np.full(len(r), si))
+            if alt is not None:
+                ha = torch.from_numpy(alt[si].astype(np.float32))[None]
+                assert ha.shape == h.shape, (si, ha.shape, h.shape)
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    ga = head.steps(E[x], ha, 1)[0][0][r].to(torch.bfloat16)
+                    cols["alt_head_t"].append(ids[(ga @ Et.t()).argmax(-1)].numpy())
+                ta = ha[0, r] @ E.t()
+                pa, aa = ta.softmax(-1).max(-1)
+                cols["alt_p1"].append(pa.numpy())
+                cols["alt_trunk"].append(aa.numpy())
+                # over the draft ids, as train.py --hard trunk --draft-ids takes its hard target (fp32 here)
+                cols["alt_trunk_t"].append(ids[(ha[0, r] @ Etf.t()).argmax(-1)].numpy())
+                cols["trunk_t"].append(ids[(h[0, r] @ Etf.t()).argmax(-1)].numpy())
     return {k: np.concatenate(v) for k, v in cols.items()}
 
 
@@ -96,6 +123,35 @@ def table(rows: dict[str, np.ndarray], in_ids: np.ndarray) -> dict:
         out["by_position_x_p1"][key] = {
             f"{lo:.1f}-{min(hi, 1.0):.1f}": stats(ps & (rows["p1"] >= lo) & (rows["p1"] < hi))
             for lo, hi in zip(BINS[:-1], BINS[1:])}
+    if "alt_trunk" in rows:
+        def alt_stats(sel: np.ndarray) -> dict:
+            k = int(sel.sum())
+            if k == 0:
+                return {"rows": 0}
+            R = {key: v[sel] for key, v in rows.items()}
+            return {
+                "rows": k,
+                "share": k / n,
+                "argmax_differs_full": float((R["trunk"] != R["alt_trunk"]).mean()),
+                "argmax_differs_trimmed": float((R["trunk_t"] != R["alt_trunk_t"]).mean()),
+                "alt_argmax_is_data": float((R["alt_trunk"] == R["data"]).mean()),
+                "primary_argmax_is_data": float((R["trunk"] == R["data"]).mean()),
+                "mean_alt_p1": float(R["alt_p1"].mean()),
+                # head step-1 accuracy (trimmed draft) for input states x target (trunk argmax over the ids)
+                "acc_in_primary_vs_primary": float((R["head_t"] == R["trunk_t"]).mean()),
+                "acc_in_primary_vs_alt": float((R["head_t"] == R["alt_trunk_t"]).mean()),
+                "acc_in_alt_vs_alt": float((R["alt_head_t"] == R["alt_trunk_t"]).mean()),
+                "acc_in_alt_vs_primary": float((R["alt_head_t"] == R["trunk_t"]).mean()),
+                "head_draft_differs": float((R["head_t"] != R["alt_head_t"]).mean()),
+            }
+
+        out["alt"] = {"all": alt_stats(np.ones(n, bool)), "by_trunk_p1": {
+            f"{a:.1f}-{min(b, 1.0):.1f}": alt_stats((rows["p1"] >= a) & (rows["p1"] < b))
+            for a, b in zip(BINS[:-1], BINS[1:])},
+            # the rows whose hard target (argmax over the draft ids) the two trunks disagree on
+            "where_target_differs": alt_stats(rows["trunk_t"] != rows["alt_trunk_t"])}
+        if "file" in rows:
+            out["alt"]["by_file"] = {str(f): alt_stats(rows["file"] == f) for f in np.unique(rows["file"])}
     return out
 
 
@@ -106,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draft-ids", type=Path, required=True)
     ap.add_argument("--shards", type=Path, nargs="*", default=None,
                     help="these shard files (default: WORK/hidden-heldout/, val.py's sequences)")
+    ap.add_argument("--alt-shards", type=Path, nargs="*", default=None,
+                    help="the same lines' states from another trunk, one file per --shards file (session 18)")
     ap.add_argument("--limit", type=int, default=60, help="sequences (the first LIMIT)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
@@ -118,23 +176,41 @@ def main(argv: list[str] | None = None) -> None:
     E = torch.from_numpy(dequantized(gguf.GGUFReader(str(source_path())), "token_embd.weight"))
     ck = torch.load(args.ckpt, map_location="cpu", weights_only=False)
     head = Head.from_state(ck["head"])
-    if args.shards:
+    files: list[int] = []  # per sequence: its index in --shards
+
+    def read(paths, files=None) -> list:
         seqs = []
-        for p in args.shards:
+        for fi, p in enumerate(paths):
             with np.load(p) as z:
                 off, tokens, hidden, n_prompt = z["offsets"], z["tokens"], z["hidden"], z["n_prompt"]
             for k in range(len(off) - 1):
                 a, b = int(off[k]), int(off[k + 1])
                 seqs.append((tokens[a:b].astype(np.int64), hidden[a:b], int(n_prompt[k])))
+                if files is not None:
+                    files.append(fi)
+        return seqs
+
+    if args.shards:
+        seqs = read(args.shards, files)
     else:
         seqs = load_shards(hidden_dir(args.work_dir, "heldout"))
     seqs = seqs[: args.limit]
+    alt = None
+    if args.alt_shards:
+        assert args.shards and len(args.alt_shards) == len(args.shards), "--alt-shards: one per --shards file"
+        alt_seqs = read(args.alt_shards)[: args.limit]
+        assert len(alt_seqs) == len(seqs) and all(
+            np.array_equal(a[0], b[0]) and a[2] == b[2] for a, b in zip(seqs, alt_seqs)), "not the same sequences"
+        alt = [h for _, h, _ in alt_seqs]
     ids = torch.from_numpy(np.load(args.draft_ids).astype(np.int64))
     in_ids = np.zeros(E.shape[0], bool)
     in_ids[ids.numpy()] = True
-    rows = rows_of(head, E, seqs, ids)
+    rows = rows_of(head, E, seqs, ids, alt)
+    if files and alt is not None:
+        rows["file"] = np.asarray(files)[rows["seq"]]
     out = {"ckpt": str(args.ckpt), "step": ck.get("step"), "n_ff": head.n_ff,
            "data": [str(p) for p in args.shards] if args.shards else "hidden-heldout",
+           "alt_data": [str(p) for p in args.alt_shards] if args.alt_shards else None,
            "sequences": len(seqs), **table(rows, in_ids)}
     print(json.dumps(out))
 

@@ -15,6 +15,9 @@ separated; shard K = lines K*shard .. K*shard+shard-1, file ``shard-K.npz``), sk
 ``113:171,0:113:4,2:113:4`` = the newer-template lines 5650.. first, then every 4th older shard. Every shard now
 also stores ``first_line`` (its first gen.jsonl line), which train.py uses for ``--upweight`` when shards are missing.
 
+Session 18: ``--out-dir DIR`` writes the shards there instead of ``WORK/hidden/`` (e.g. the Q4_1 source's states of
+lines whose ``hidden/`` shards hold the Q8_0 copy's, ``WORK/hidden-q41/``), same names, same resumability.
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/hidden.py --follow
 """
 
@@ -76,6 +79,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="heldout: gen-heldout.jsonl into hidden-heldout/ (train.py's validation)")
     ap.add_argument("--shard-ids", type=str, default="",
                     help="only these shards, in this order: comma-separated A:B[:STEP] ranges of shard numbers")
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="write the shards here instead of WORK/hidden/ (or hidden-heldout/) (session 18)")
     args = ap.parse_args(argv)
 
     from mtp_llm import Model
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
 
         def hidden_of(batch: list[list[int]]) -> list[np.ndarray]:
             return [h.astype(np.float16) for h in trunk_hidden_states(model, batch, n_threads=args.threads)]
-    hdir = hidden_dir(args.work_dir, args.set)
+    hdir = args.out_dir or hidden_dir(args.work_dir, args.set)
     gen = answers_path(args.work_dir, args.set)
     hdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

@@ -39,6 +39,11 @@ columns zero, so step 0 computes exactly what the init head computes. Checkpoint
 Session 15: ``--upweight START:W`` counts gen.jsonl lines (the shards' ``first_line``), not positions in the shard
 list, so it stays right when hidden.py ``--shard-ids`` left some shards out.
 
+Session 18: ``--hidden-dirs A,B`` trains on the shards of several directories (default ``WORK/hidden``): a shard
+file name present in an earlier directory is taken from there only (``WORK/hidden-q41,WORK/hidden`` = the Q4_1
+source's states where hidden.py ``--out-dir`` made them, the Q8_0 copy's elsewhere); ``--dir-weights 2,1`` samples
+the sequences of each directory that many times as often (times ``--upweight``).
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/train.py --steps 1500 --threads 2
 """
 
@@ -79,14 +84,21 @@ def initial_tensors(source: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def load_shards(hdir: Path, lines: list[int] | None = None) -> list[tuple[np.ndarray, np.ndarray, int]]:
+def load_shards(hdir, lines: list[int] | None = None,
+                srcs: list[int] | None = None) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """The sequences of every shard, in shard-file order. ``lines`` (a list) receives each sequence's gen.jsonl
     line: the shard's ``first_line`` (hidden.py, session 15) + k, or for older shards without it the running
-    count (shards then cover lines 0.. contiguously)."""
+    count (shards then cover lines 0.. contiguously). ``hdir`` may be a list of directories (session 18): a
+    file name is taken from the first directory that has it; ``srcs`` receives each sequence's directory index."""
+    dirs = list(hdir) if isinstance(hdir, (list, tuple)) else [hdir]
+    files: dict[str, tuple[Path, int]] = {}
+    for di, d in enumerate(dirs):
+        for path in d.glob("shard-*.npz"):
+            if ".tmp" not in path.name and path.name not in files:
+                files[path.name] = (path, di)
     seqs = []
-    for path in sorted(hdir.glob("shard-*.npz")):
-        if ".tmp" in path.name:
-            continue
+    for name in sorted(files):
+        path, di = files[name]
         with np.load(path) as z:  # each z[key] reads the whole array again: once per shard
             off, tokens, hidden, n_prompt = z["offsets"], z["tokens"], z["hidden"], z["n_prompt"]
             first = int(z["first_line"]) if "first_line" in z.files else len(seqs)
@@ -95,6 +107,8 @@ def load_shards(hdir: Path, lines: list[int] | None = None) -> list[tuple[np.nda
             seqs.append((tokens[a:b].astype(np.int64), hidden[a:b], int(n_prompt[k])))
             if lines is not None:
                 lines.append(first + k)
+            if srcs is not None:
+                srcs.append(di)
     return seqs
 
 
@@ -227,6 +241,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="seconds of training; the lr schedule follows max(step/steps, elapsed/budget), then stops")
     ap.add_argument("--upweight", type=str, default="", help="START:W: sequences from index START sampled W times as often")
     ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--hidden-dirs", type=str, default="",
+                    help="comma-separated shard directories, earlier ones win per file name (default WORK/hidden)")
+    ap.add_argument("--dir-weights", type=str, default="",
+                    help="comma-separated sampling multipliers, one per --hidden-dirs directory")
     ap.add_argument("--val-draft", type=int, default=3, help="draft steps of the engine-like validation")
     ap.add_argument("--draft-ids", type=Path, default=None,
                     help="int64 .npy of token ids: softmax over exactly these (the shipped trimmed draft vocabulary)")
@@ -306,7 +324,10 @@ def main(argv: list[str] | None = None) -> None:
             write(work / f"ckpt{sfx}-ema.pt", {"head": ema, "step": step, "args": vars(args), "ema": args.ema})
 
     seq_lines: list[int] = []
-    seqs = load_shards(hidden_dir(work), seq_lines)
+    seq_srcs: list[int] = []
+    train_dirs = [Path(d) for d in args.hidden_dirs.split(",")] if args.hidden_dirs else [hidden_dir(work)]
+    dir_w = [float(w) for w in args.dir_weights.split(",")] if args.dir_weights else [1.0] * len(train_dirs)
+    seqs = load_shards(train_dirs, seq_lines, seq_srcs)
     heldout = load_shards(hidden_dir(work, "heldout"))[: args.heldout]
     n_val = 0 if heldout else max(8, len(seqs) // 30)
     val, train = (heldout if heldout else seqs[:n_val]), seqs[n_val:]
@@ -325,10 +346,13 @@ def main(argv: list[str] | None = None) -> None:
     n_rows = 0
 
     def sample_p(n: int):
-        if not args.upweight:
+        if not args.upweight and not args.dir_weights:
             return None
         p = np.ones(n)  # by gen.jsonl line (session 15: shards may be missing, so not by position)
-        p[upweighted()] = float(args.upweight.split(":")[1])
+        if args.upweight:
+            p[upweighted()] = float(args.upweight.split(":")[1])
+        if args.dir_weights:
+            p *= np.asarray(dir_w)[np.asarray(seq_srcs[n_val:], np.int64)]
         return p / p.sum()
 
     def upweighted() -> np.ndarray:
@@ -337,6 +361,9 @@ def main(argv: list[str] | None = None) -> None:
     p_train = sample_p(len(train))
     if args.upweight:
         say(f"--upweight {args.upweight}: {int(upweighted().sum())} of {len(train)} train sequences")
+    if len(train_dirs) > 1 or args.dir_weights:
+        cnt = np.bincount(np.asarray(seq_srcs[n_val:], np.int64), minlength=len(train_dirs))
+        say("sequences per directory: " + ", ".join(f"{d} {c} (x{w})" for d, c, w in zip(train_dirs, cnt, dir_w)))
 
     def progress() -> float:
         frac = step / args.steps
@@ -347,9 +374,10 @@ def main(argv: list[str] | None = None) -> None:
     while progress() < 1.0:
         if step % args.reload_every == 0:  # pick up shards that hidden.py wrote meanwhile
             more_lines: list[int] = []
-            more = load_shards(hidden_dir(work), more_lines)
-            if len(more) > len(seqs):
-                seqs, seq_lines = more, more_lines
+            more_srcs: list[int] = []
+            more = load_shards(train_dirs, more_lines, more_srcs)
+            if len(more) > len(seqs) or more_srcs != seq_srcs:
+                seqs, seq_lines, seq_srcs = more, more_lines, more_srcs
                 train = seqs[n_val:]
                 p_train = sample_p(len(train))
                 if draft_ids is None:
