@@ -104,6 +104,7 @@ private:
             c = c == '\n' ? ' ' : c;
         }
         std::fprintf(trace_.get(), "%zu/%zu %s\n", r.ids.size() - 1, r.draft_tokens.size(), line.c_str());
+        std::fflush(trace_.get());  // readable while the session lives (a trace is for watching)
     }
 
     // A forced tail after a head draft (the grammar's text once the head has chosen, say, where a number

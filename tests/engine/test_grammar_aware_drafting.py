@@ -90,6 +90,48 @@ def test_forced_text_is_drafted_as_the_model_spells_it(built_in: Model) -> None:
     assert arguments == {"city": "Paris", "unit": "celsius", "days": 3}
 
 
+def test_a_repeated_json_answer_has_every_forced_pass_accepted(built_in: Model, tmp_path, monkeypatch) -> None:
+    """SmolLM2 spells compact JSON its own way under a schema (`{` `"` where the tokenizer has `{"`, a key
+    then `":` `"`). The session remembers what the model wrote after each token inside forced text, so
+    the same answer asked again has every pass that starts with forced text accepted whole (forced text
+    after a wrong head guess falls with the guess), in fewer passes. Read from the forced-draft trace,
+    which is written as the passes happen."""
+    from mtp_llm.chat import json_schema_grammar
+
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+                       "occupation": {"type": "string", "maxLength": 24}},
+        "required": ["name", "age", "occupation"],
+        "additionalProperties": False,
+    }
+    prompt = built_in.apply_chat_template([("user", "Make up a chef character and give their profile as JSON.")])
+    options = GenerationOptions(max_tokens=64, temp=0.0, grammar=json_schema_grammar(schema))
+    plain = MTP(built_in, draft_model=None, n_draft=0)
+    expected = [e.id for e in events(plain, prompt, options)]
+    trace = tmp_path / "forced.txt"
+    monkeypatch.setenv("MTP_LLM_FORCED_TRACE", str(trace))
+    session = MTP(built_in, n_draft=3)
+    first = events(session, prompt, options)
+    first_stats = session.last_stats
+    first_passes = trace.read_text().splitlines()
+    again = events(session, prompt, options)
+    stats = session.last_stats
+    assert first_stats is not None and stats is not None
+    assert [e.id for e in first] == expected == [e.id for e in again]
+    def forced_only(lines: list[str]) -> list[tuple[int, int]]:
+        """(accepted, drafted) of the passes whose draft is forced text only: `A/D prev || ## drafts => tokens`."""
+        counts = [line.split()[0].split("/") for line in lines if "|| ##" in line]
+        return [(int(a), int(d)) for a, d in counts]
+
+    before = forced_only(first_passes)
+    after = forced_only(trace.read_text().splitlines()[len(first_passes):])
+    assert any(a < d for a, d in before), before  # the tokenizer's spelling was rejected somewhere
+    assert after and all(a == d for a, d in after), after
+    assert stats.drafts_forced_accepted > first_stats.drafts_forced_accepted and stats.iters < first_stats.iters
+    json.loads(built_in.detokenize([t for t in expected if not built_in.is_eog(t)]))
+
+
 def test_head_drafts_only_what_the_grammar_allows(random_model: Model) -> None:
     """Under a grammar of two letters the random head's own best token is almost never one of
     them; drafting among the grammar's tokens turns its drafts from sure rejections into
