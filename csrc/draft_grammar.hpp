@@ -25,10 +25,10 @@ constexpr size_t kMaxForcedBytes = 128;
 // a key `em` `ployed` in one answer and whole in the next), and each such forced draft is
 // rejected. So the session remembers what the target wrote inside forced text: after a given
 // token, the tokens it wrote there, latest first; and, whatever came before, the punctuation
-// tokens it wrote instead of a forced draft. Forced text is drafted with the latest remembered token that spells it at
-// each point (after the same token, else the longest remembered punctuation), and with the
-// tokenizer's own tokens elsewhere. Kept per session: the habits are the model's, and calls
-// repeat them.
+// tokens it wrote instead of a forced draft. Forced text is drafted with the latest remembered
+// token that spells it at each point (after the same token, else the longest remembered
+// punctuation), and with the tokenizer's own tokens elsewhere. Kept per session: the habits are
+// the model's, and calls repeat them.
 class ForcedTokenizer {
 public:
     explicit ForcedTokenizer(const llama_vocab * vocab) : vocab_(vocab) {}
@@ -50,7 +50,7 @@ private:
     const llama_vocab * vocab_;
     std::unordered_map<llama_token, std::vector<llama_token>> after_;  // prev -> what the target wrote next, latest first
     std::vector<llama_token> punctuation_;  // punctuation the target wrote instead of a forced draft, latest first
-    std::unordered_map<llama_token, std::string> pieces_;
+    std::unordered_map<llama_token, std::string> pieces_;  // text of the tokens met (at most the vocabulary)
     llama_tokens tokens_;  // kept: nothing is allocated per step once grown
 };
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from tests.helpers import make_session
@@ -90,7 +91,9 @@ def test_forced_text_is_drafted_as_the_model_spells_it(built_in: Model) -> None:
     assert arguments == {"city": "Paris", "unit": "celsius", "days": 3}
 
 
-def test_a_repeated_json_answer_has_every_forced_pass_accepted(built_in: Model, tmp_path, monkeypatch) -> None:
+def test_a_repeated_json_answer_has_every_forced_pass_accepted(
+    built_in: Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SmolLM2 spells compact JSON its own way under a schema (`{` `"` where the tokenizer has `{"`, a key
     then `":` `"`). The session remembers what the model wrote after each token inside forced text, so
     the same answer asked again has every pass that starts with forced text accepted whole (forced text
