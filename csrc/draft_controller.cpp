@@ -22,13 +22,17 @@ constexpr double kFastDecay = 0.8;         // a short memory beside the long one
 constexpr double kChange = 0.4;            // the two differ this much: the text changed, forget the long one
 constexpr double kNewCallWeight = 0.5;    // a new call (new text) keeps this share of the acceptance evidence
 constexpr double kPriorAccepted = 0.5;     // prior acceptance, worth one observation
+constexpr double kPositionPrior = 4.0;     // a later position's acceptance leans on the one before as this many observations
 constexpr int32_t kProbeMin = 32;          // plain rounds before the first probe
 constexpr int32_t kProbeMax = 1024;        // longest interval between probes (rounds)
 constexpr int32_t kBurstIterations = 3;    // iterations of each probe or try of another length
 constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of a neighbouring length...
 constexpr int32_t kExploreMax = 256;       // ...doubling up to this while each try finds the neighbour clearly worse
 constexpr double kClearlyWorse = 0.9;      // a neighbour below this share of the best rate is clearly worse
-constexpr double kProbeMemory = 3.0;       // a probe weighs the acceptance evidence before it as this many observations
+constexpr double kProbeMemory = 3.0;       // a probe weighs the acceptance evidence before it as this many rounds' observations
+constexpr int64_t kSampleSpan = 128;       // rounds a steady time stays one of its length's samples...
+constexpr size_t kKeptSamples = 1;         // ...beside the newest (so one burst of 2 replaces them)
+constexpr double kStreamsMargin = 0.03;    // S streams draft only where that beats plain decoding by (S - 1) x this share
 
 }  // namespace
 
@@ -60,7 +64,6 @@ DraftController::Costs & DraftController::costs_of(Shape shape) {
     made.n.assign((size_t) n_max_ + 1, 0);
     made.seeded.assign((size_t) n_max_ + 1, false);
     made.recent.assign((size_t) n_max_ + 1, {});
-    made.next.assign((size_t) n_max_ + 1, 0);
     for (auto & r : made.recent) {
         r.reserve(kRecentSamples);
     }
@@ -121,7 +124,15 @@ double DraftController::acceptance(int32_t i, bool optimistic) const {
         // the drafts before it varies little from position to position), or every draft before any was seen.
         return i == 0 ? 1.0 : acceptance(i - 1, true);
     }
-    return acc_num_[i] / acc_den_[i];
+    if (i == 0) {
+        return acc_num_[0] / acc_den_[0];
+    }
+    // A later position is drafted only in the rounds that draft that far, often few and all at one
+    // moment of the text: its own evidence is weighed against the position before it (worth
+    // kPositionPrior observations), so that a few lucky rounds cannot make long drafts look certain
+    // (session 19: two streams at 0.75 drafted 3 on an estimate of 0.9-1.0 for positions 1-2,
+    // where they accept 0.6-0.7).
+    return (acc_num_[i] + kPositionPrior * acceptance(i - 1, false)) / (acc_den_[i] + kPositionPrior);
 }
 
 double DraftController::expected_tokens(int32_t k, bool optimistic) const {
@@ -154,7 +165,11 @@ double DraftController::cost(int32_t k) const {
 
 int32_t DraftController::best_measured(int32_t limit, double & rate) const {
     int32_t best = 0;
-    rate = expected_tokens(0, false) / costs().us[0];
+    // With several streams drafting must beat plain decoding by a margin: streams that accept different
+    // numbers of drafts finish their calls at different rounds, and the last rounds of a call, carrying
+    // fewer streams, cost nearly a full round (session 18: four streams at n_draft 1 took 58 rounds for
+    // 54 full rounds' worth of tokens), a cost no round of its own shows.
+    rate = expected_tokens(0, false) / costs().us[0] * (1.0 + kStreamsMargin * (shape_.streams - 1));
     for (int32_t k = 1; k <= limit; ++k) {
         if (measured(k)) {
             const double r = expected_tokens(k, false) / costs().us[k];
@@ -208,10 +223,12 @@ int32_t DraftController::decide(int32_t limit) {
             why_ = "best";
             return 0;
         }
-        // The most promising drafting length, if only acceptance has gone up.
+        // The most promising drafting length, if only acceptance has gone up. With several streams every
+        // draft adds a verify row per stream, so the probe asks with one draft: longer lengths are then
+        // tried one above the best, as from any other start.
         int32_t probe = 1;
         double rate = 0.0;
-        for (int32_t k = 1; k <= limit; ++k) {
+        for (int32_t k = 1; k <= (shape_.streams > 1 ? 1 : limit); ++k) {
             const double r = expected_tokens(k, false) / cost(k);
             if (r > rate) {
                 rate = r;
@@ -221,10 +238,12 @@ int32_t DraftController::decide(int32_t limit) {
         plain_run_ = 0;
         // The probe is judged on what it sees: evidence from before the plain stretch (a text that has
         // since moved on, and often the first drafts of an answer, the hardest) must not outvote it.
+        // (A round's streams are one moment's evidence: the probe's rounds count, not its streams' drafts.)
+        const double memory = kProbeMemory * shape_.streams;
         for (int32_t i = 0; i < n_max_; ++i) {
-            if (acc_den_[i] > kProbeMemory) {
-                acc_num_[i] *= kProbeMemory / acc_den_[i];
-                acc_den_[i] = kProbeMemory;
+            if (acc_den_[i] > memory) {
+                acc_num_[i] *= memory / acc_den_[i];
+                acc_den_[i] = memory;
             }
         }
         why_ = "probe";
@@ -335,6 +354,7 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     drafted = std::clamp(drafted, 0, n_max_);
     // Only an iteration of the same length and shape as the one before measures that
     // steady cost: after a switch the first pass rebuilds its compute graphs.
+    ++rounds_;
     const bool steady = drafted == previous_ && shape == previous_shape_ && !resumed && us > 0;
     previous_ = drafted;
     previous_shape_ = shape;
@@ -350,20 +370,23 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     // time is the lower median of its latest steady samples: one stalled sample moves nothing, and a length
     // measured only in the short bursts of a probe or a neighbour's try is judged like the one in use
     // (before session 16 a burst caught in a stall kept a length looking worse for many tries).
-    std::vector<double> & recent = t.recent[(size_t) drafted];
+    auto & recent = t.recent[(size_t) drafted];
     if (t.seeded[drafted]) {
         t.seeded[drafted] = false;
         recent.clear();
-        t.next[drafted] = 0;
     }
-    if (recent.size() < kRecentSamples) {
-        recent.push_back((double) us);
-    } else {
-        recent[(size_t) t.next[drafted]] = (double) us;
+    // A length not in use keeps the times of when it last ran, which a busy or a quiet spell since may have
+    // made wrong, and it is measured again only in bursts of 2 steady rounds: so times older than
+    // kSampleSpan rounds make way for new ones, down to the newest kKeptSamples (before session 19 plain
+    // decoding measured in a slow spell kept looking 35% slower than it was for hundreds of rounds at four
+    // streams, and two streams drafted 3 where lengths 1 and 2, measured in a stall, were 10-30% faster).
+    while (!recent.empty() && (recent.size() >= kRecentSamples ||
+                               (recent.size() > kKeptSamples && recent.front().first < rounds_ - kSampleSpan))) {
+        recent.erase(recent.begin());
     }
-    t.next[drafted] = (t.next[drafted] + 1) % kRecentSamples;
+    recent.emplace_back(rounds_, (double) us);
     std::array<double, kRecentSamples> sorted{};
-    std::copy(recent.begin(), recent.end(), sorted.begin());
+    std::transform(recent.begin(), recent.end(), sorted.begin(), [](const auto & r) { return r.second; });
     const auto middle = sorted.begin() + (ptrdiff_t) (recent.size() - 1) / 2;
     std::nth_element(sorted.begin(), middle, sorted.begin() + (ptrdiff_t) recent.size());
     t.us[drafted] = *middle;

@@ -18,13 +18,18 @@
 // weighs the evidence from before it as a few observations, so that an answer's first
 // drafts cannot outvote it. Neighbouring lengths are re-measured every 32 drafting
 // iterations, less often while they stay clearly worse. T(k) is measured only on
-// iterations that follow one of the same length (steady state).
+// iterations that follow one of the same length (steady state), from samples of the last
+// 128 rounds where newer ones have come (a length measured in a slow spell is not held to it).
+// A later position's acceptance leans on the one before it (a few rounds that drafted that
+// far prove little). With several streams drafting must beat plain decoding by a margin (their
+// calls end at different rounds), probes draft one token, and a probe's streams count as rounds.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace mtp {
@@ -79,8 +84,8 @@ private:
         std::vector<double> us;
         std::vector<int32_t> n;
         std::vector<bool> seeded;  // [k]: copied from another number of streams; the first steady time replaces it
-        std::vector<std::vector<double>> recent;  // [k]: the latest steady times (a ring), us[k] their lower median
-        std::vector<int32_t> next;                // [k]: the ring's next slot
+        // [k]: the latest steady times (round, us), oldest first; us[k] is their lower median
+        std::vector<std::vector<std::pair<int64_t, double>>> recent;
         double head_step_us = 0.0;
     };
     Costs & costs_of(Shape shape);  // made on first use, seeded from the nearest shape (mutex_ held)
@@ -113,6 +118,7 @@ private:
     bool burst_is_probe_ = false;
     int32_t previous_ = -1;       // length of the last observed iteration (-1: none, or a new call)
     Shape previous_shape_{0, 0};
+    int64_t rounds_ = 0;          // rounds observed (the age of a cost sample)
     int32_t since_explore_ = 0;   // drafting iterations since trying a neighbouring length
     int32_t explore_every_;       // drafting iterations between such tries (longer while they find nothing)
     bool burst_is_explore_ = false;

@@ -67,9 +67,9 @@ public:
     // The target verified [id_last, drafts...] of `seq` at rows first_row.. of
     // `verify_batch` and accepted the first n_accepted drafts: drop the head's
     // speculative rows and queue the accepted ones (with the target's hidden states)
-    // for the next draft. Rows pile up while the sequence decodes plainly: once kFlushRows
-    // wait they are decoded into the head, which so never loses a row. Returns
-    // llama_process's code (0 = ok).
+    // for the next draft. Rows pile up while the sequence decodes plainly (a call that ends
+    // plainly never decodes them); once they hold 8 MiB they are decoded into the head, which
+    // so never loses a row. Returns llama_process's code (0 = ok).
     int32_t accept(llama_seq_id seq, const common_batch & verify_batch, int32_t first_row, size_t n_accepted);
     // Rows of `seq` waiting for the head's next decode (the catch-up of its next draft).
     size_t pending_rows(llama_seq_id seq) const { return seqs_[seq].pending_tokens.size(); }
@@ -118,6 +118,7 @@ private:
     common_batch batch_;
     float p_min_ = 0.0f;
     llama_pos hidden_rows_;  // positions of hidden states kept per sequence
+    size_t pending_limit_;   // queued rows per sequence that are decoded before the next draft asks
     common_sampler_ptr confidence_;  // only with p_min > 0
     std::vector<Sequence> seqs_;
 };

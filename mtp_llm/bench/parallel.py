@@ -106,6 +106,7 @@ def run_parallel(
                     "acceptance_rate": stats.acceptance_rate,
                     "mean_calls_per_batch": stats.mean_calls_per_batch,
                     "draft_length_counts": lengths[(k, n)],
+                    "walls_s": walls[(k, n)],  # per repetition, in run order (for paired comparisons)
                 }
             )
     _add_auto_vs_best_fixed(rows, walls, n_drafts, levels)

@@ -333,3 +333,55 @@ def test_controller_is_not_misled_by_rounds_caught_in_a_stall() -> None:
         fixed = [run(lambda c, k=k: k, seed) for k in range(5)]
         assert max(fixed) == fixed[3]
         assert auto >= 0.97 * fixed[3], (seed, auto, fixed)
+
+
+def test_a_later_position_leans_on_the_one_before() -> None:
+    """Session 19: a few rounds that drafted three, all accepted at one easy moment of the text, made
+    positions 1-2 look certain (0.9-1.0 where they accept 0.6-0.7) and two streams drafted 3 where 1 and 2
+    were faster. A later position's evidence is now weighed against the position before it."""
+    c = _core.DraftController(4)
+    for i in range(200):  # position 0 accepts 3 in 4
+        c.observe_acceptance(1, 1 if i % 4 else 0)
+    for _ in range(3):  # three lucky rounds of three drafts
+        c.observe_acceptance(3, 3)
+    a = c.estimates().acceptance
+    assert a[0] == pytest.approx(0.75, abs=0.03)
+    assert a[1] < 0.85 and a[2] < 0.88, a  # (0.5 + 3) / (1 + 3) = 0.875 and 0.94 before
+    assert a[2] > a[0]  # the lucky rounds still count
+
+
+def test_a_length_measured_in_a_slow_spell_is_measured_again() -> None:
+    """Session 19, four streams: plain decoding measured in a slow spell (20 ms a round where it takes 12)
+    kept that time while one draft ran for hundreds of rounds, because a try of plain decoding measures two
+    steady rounds and the time is the lower median of the latest eight. Samples older than 128 rounds now
+    make way for new ones (down to the newest one), so one try measures plain decoding anew."""
+    c = _core.DraftController(4)
+    c.choose(4, 4)
+
+    def rounds(k: int, n: int, us: int) -> None:
+        for _ in range(n):
+            c.observe_cost(k, 4, us, 1000 * k, False)
+
+    rounds(0, 10, 20000)  # the spell: 9 steady plain rounds
+    rounds(1, 300, 24000)
+    assert c.estimates().iteration_us[0] == pytest.approx(20000)
+    rounds(0, 3, 12000)  # a try of plain decoding: 2 steady rounds
+    assert c.estimates().iteration_us[0] == pytest.approx(12000)  # 20000 before session 19
+    rounds(1, 300, 24000)
+    rounds(0, 3, 13000)  # within the span the lower median still keeps a stall out
+    rounds(0, 1, 40000)
+    assert c.estimates().iteration_us[0] == pytest.approx(13000)
+
+
+def test_several_streams_probe_with_one_draft() -> None:
+    """While plain decoding wins with four streams, a probe drafts one token (every draft adds a verify row
+    per stream); a probe's three rounds weigh as much as three rounds of evidence from before it, not as
+    one round's worth of observations against its twelve."""
+    c = _core.DraftController(4)
+    for _ in range(60):  # plain wins: one draft costs twice a plain round, every draft rejected
+        k = c.choose(4, 4)
+        for _ in range(4):
+            c.observe_acceptance(k, 0)
+        c.observe_cost(k, 4, [10000, 20000, 30000, 40000, 50000][k], 1000 * k, False)
+    probes = [k for k in (c.choose(4, 4) for _ in range(200)) if k > 0]
+    assert probes and set(probes) == {1}, probes
