@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_data import DEFAULT_WORK, hidden_dir  # noqa: E402
 from head_model import Head  # noqa: E402
-from train import dequantized, load_shards  # noqa: E402
+from train import dequantized, load_shards, split_hidden  # noqa: E402
 
 BINS = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0001)
 POS = ((0, 16), (16, 64), (64, 10**9))
@@ -60,9 +60,9 @@ def rows_of(head: Head, E: torch.Tensor, seqs, ids: torch.Tensor, alt=None) -> d
             lo = max(n_prompt - 1, 0)
             r = torch.arange(lo, n - 1)
             x = torch.from_numpy(toks)[None]
-            h = torch.from_numpy(hid.astype(np.float32))[None]
+            h, extra = split_hidden(torch.from_numpy(hid.astype(np.float32))[None], E.shape[1])
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                g = head.steps(E[x], h, 1)[0][0]
+                g = head.steps(E[x], h, 1, extra if head.fuse else None)[0][0]
                 gb = g[r].to(torch.bfloat16)
                 head_t = ids[(gb @ Et.t()).argmax(-1)]
                 head_f = (gb @ Eb.t()).argmax(-1)
@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="the same lines' states from another trunk, one file per --shards file (session 18)")
     ap.add_argument("--limit", type=int, default=60, help="sequences (the first LIMIT)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hidden-dir", type=Path, default=None,
+                    help="without --shards: this directory's shards instead of WORK/hidden-heldout/ (session 19; a fused "
+                         "head, train.py --fuse, reads its trunk layers from them)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -193,7 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.shards:
         seqs = read(args.shards, files)
     else:
-        seqs = load_shards(hidden_dir(args.work_dir, "heldout"))
+        fuse = ck.get("args", {}).get("fuse", "") if head.fuse else ""
+        seqs = load_shards(args.hidden_dir or hidden_dir(args.work_dir, "heldout"),
+                           layers=[int(v) for v in fuse.split(",")] if fuse else None)
     seqs = seqs[: args.limit]
     alt = None
     if args.alt_shards:
@@ -209,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     if files and alt is not None:
         rows["file"] = np.asarray(files)[rows["seq"]]
     out = {"ckpt": str(args.ckpt), "step": ck.get("step"), "n_ff": head.n_ff,
-           "data": [str(p) for p in args.shards] if args.shards else "hidden-heldout",
+           "data": [str(p) for p in args.shards] if args.shards else str(args.hidden_dir or "hidden-heldout"),
            "alt_data": [str(p) for p in args.alt_shards] if args.alt_shards else None,
            "sequences": len(seqs), **table(rows, in_ids)}
     print(json.dumps(out))

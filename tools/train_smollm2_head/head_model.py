@@ -13,6 +13,16 @@ Weights are kept in GGUF layout (q/k rows permuted for NORM rope, i.e. rope rota
 pairs), so they are written back as they are trained. Draft step s > 1 pairs x_i with the
 head's own g^{s-1}_{i-1} and attends the head KV that llama.cpp's draft context holds then
 (``step_mask``, as in tools/train_default_model/model.py).
+
+Session 19 (an experiment, not in patch 0005): ``Head(..., fuse=n)`` / ``Head.fused(n)`` gives step 1 more of the
+trunk's state, EAGLE-3 style: the h it receives becomes
+
+    h' = h + W @ concat(rms(l_1), .., rms(l_n))     # l_k = intermediate layers' residual-stream outputs (no weight)
+
+i.e. fc([h, rms(l_1), .., rms(l_n)]) with fc = [I | W]: W (``nextn.fuse_fc.weight``, [576, n*576]) is learned and
+starts at zero, so at step 0 the head computes exactly what it computed before, also under bf16 autocast; the
+identity block is kept fixed because hnorm and eh_proj follow (a learned block there would only change what the RMS
+norm sees). Steps s > 1 feed the head's own output as before. ``tensors()`` (export) leaves W out.
 """
 
 from __future__ import annotations
@@ -80,8 +90,12 @@ class Head(nn.Module):
         "nextn.shared_head_norm.weight": (N_EMBD,),
     }
 
-    def __init__(self, init: dict[str, np.ndarray], n_ff: int | None = None):
-        """``n_ff`` (session 17): the FFN width; default: what ``init`` holds (``N_FF`` for the shipped head)."""
+    FUSE = "nextn.fuse_fc.weight"
+
+    def __init__(self, init: dict[str, np.ndarray], n_ff: int | None = None, fuse: int | None = None):
+        """``n_ff`` (session 17): the FFN width; default: what ``init`` holds (``N_FF`` for the shipped head).
+        ``fuse`` (session 19): number of intermediate trunk layers fused into step 1's h; default: what ``init``
+        holds (0 for every head before session 19); a new W starts at zero."""
         super().__init__()
         if n_ff is None:
             n_ff = int(np.asarray(init["ffn_gate.weight"]).size) // N_EMBD
@@ -91,6 +105,13 @@ class Head(nn.Module):
                 tuple(n_ff if d == N_FF else d for d in shape)))
             for k, shape in self.NAMES.items()
         })
+        if fuse is None:
+            fuse = int(np.asarray(init[self.FUSE]).shape[1]) // N_EMBD if self.FUSE in init else 0
+        self.fuse = fuse
+        if fuse:
+            w = np.asarray(init[self.FUSE]) if self.FUSE in init else np.zeros((N_EMBD, fuse * N_EMBD), np.float32)
+            self.p[self.FUSE.replace(".", "__")] = nn.Parameter(
+                torch.tensor(w, dtype=torch.float32).reshape(N_EMBD, fuse * N_EMBD))
 
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor]) -> "Head":
@@ -115,6 +136,11 @@ class Head(nn.Module):
             new[name] = np.concatenate([w, extra], axis=0)
         new["ffn_down.weight"] = np.concatenate([old["ffn_down.weight"], np.zeros((N_EMBD, n_ff - k), np.float32)], 1)
         return Head(new, n_ff)
+
+    def fused(self, n: int) -> "Head":
+        """A copy that also takes ``n`` intermediate trunk layers at step 1, W = 0: the same function (session 19)."""
+        assert self.fuse == 0
+        return Head(self.tensors(), self.n_ff, fuse=n)
 
     def w(self, name: str) -> torch.Tensor:
         return self.p[name.replace(".", "__")]
@@ -149,15 +175,22 @@ class Head(nn.Module):
         ffn = (F.silu(f @ self.w("ffn_gate.weight").t()) * (f @ self.w("ffn_up.weight").t())) @ self.w("ffn_down.weight").t()
         return hmid + ffn, (k, v)
 
-    def steps(self, emb: torch.Tensor, h: torch.Tensor, n_steps: int) -> list[torch.Tensor]:
+    def steps(self, emb: torch.Tensor, h: torch.Tensor, n_steps: int,
+              extra: torch.Tensor | None = None) -> list[torch.Tensor]:
         """g^s [B, T, E] for draft steps s = 1..n_steps. ``emb`` = token_embd[x] [B, T, E],
-        ``h`` = trunk hidden [B, T, E] (row i of the head uses h[i-1])."""
+        ``h`` = trunk hidden [B, T, E] (row i of the head uses h[i-1]); ``extra`` [B, T, n, E] (session 19, a head
+        with ``fuse`` = n): those positions' intermediate-layer states, fused into step 1's h."""
         b, t, _ = emb.shape
         cos, sin = rope_tables(t)
         e = rms(emb, self.w("nextn.enorm.weight"))
         outs: list[torch.Tensor] = []
         kvs: list[Any] = []
         prev = h
+        if self.fuse:
+            assert extra is not None and extra.shape[2] == self.fuse, "a fused head needs its intermediate layers"
+            xf = extra.float()
+            xf = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).reshape(b, t, -1)
+            prev = h + xf @ self.w(self.FUSE).t()
         for s in range(1, n_steps + 1):
             shifted = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1)
             x = torch.cat([e, rms(shifted, self.w("nextn.hnorm.weight"))], dim=-1) @ self.w("nextn.eh_proj.weight").t()

@@ -18,6 +18,11 @@ also stores ``first_line`` (its first gen.jsonl line), which train.py uses for `
 Session 18: ``--out-dir DIR`` writes the shards there instead of ``WORK/hidden/`` (e.g. the Q4_1 source's states of
 lines whose ``hidden/`` shards hold the Q8_0 copy's, ``WORK/hidden-q41/``), same names, same resumability.
 
+Session 19: ``--layers 9,19`` (``--backend torch`` only) also stores those layers' residual-stream outputs (0-based
+layer index, llama.cpp's ``l_out-IL``: before output_norm) as ``layers`` [tokens, n_layers, 576] float16 and their
+indices as ``layer_ids`` in each shard (for a head that fuses intermediate trunk states, ``head_model.Head(fuse=...)``).
+Use it with ``--out-dir``: the shards are larger, and train.py/val.py read ``layers`` only when asked (``--fuse``).
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/hidden.py --follow
 """
 
@@ -55,10 +60,15 @@ def write_shard(path: Path, chunk: list[dict], hidden_of, first_line: int) -> in
         tokens.extend(r["tokens"])
         offsets.append(len(tokens))
         n_prompt.append(r["n_prompt"])
+    extra = {}
+    if hidden and isinstance(hidden[0], tuple):  # --layers (session 19): (h, layers [T, L, E], layer ids)
+        extra = {"layers": np.concatenate([lay for _, lay, _ in hidden]),
+                 "layer_ids": np.array(hidden[0][2], np.int32)}
+        hidden = [h for h, _, _ in hidden]
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, tokens=np.array(tokens, np.int32), offsets=np.array(offsets, np.int64),
              n_prompt=np.array(n_prompt, np.int32), hidden=np.concatenate(hidden),
-             first_line=np.array(first_line, np.int64))
+             first_line=np.array(first_line, np.int64), **extra)
     tmp.replace(path)
     return len(tokens)
 
@@ -81,7 +91,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="only these shards, in this order: comma-separated A:B[:STEP] ranges of shard numbers")
     ap.add_argument("--out-dir", type=Path, default=None,
                     help="write the shards here instead of WORK/hidden/ (or hidden-heldout/) (session 18)")
+    ap.add_argument("--layers", type=str, default="",
+                    help="torch backend: also store these layers' residual-stream outputs (0-based, comma separated; "
+                         "session 19)")
     args = ap.parse_args(argv)
+    layer_ids = [int(v) for v in args.layers.split(",")] if args.layers else []
+    if layer_ids and args.backend != "torch":
+        ap.error("--layers needs --backend torch")
 
     from mtp_llm import Model
     from mtp_llm.parity import trunk_hidden_states
@@ -100,10 +116,15 @@ def main(argv: list[str] | None = None) -> None:
             toks = torch.zeros(len(batch), t, dtype=torch.long)
             for i, s in enumerate(batch):
                 toks[i, : len(s)] = torch.tensor(s)
+            keep = dict.fromkeys(layer_ids) if layer_ids else None
             with torch.inference_mode():  # right padding: causal attention never sees it
                 h, _ = trunk.forward(toks, torch.arange(t)[None].expand(len(batch), t),
-                                     torch.ones(len(batch), t, dtype=torch.bool))
-            return [h[i, : len(s)].numpy().astype(np.float16) for i, s in enumerate(batch)]
+                                     torch.ones(len(batch), t, dtype=torch.bool), keep=keep)
+            if keep is None:
+                return [h[i, : len(s)].numpy().astype(np.float16) for i, s in enumerate(batch)]
+            lay = torch.stack([keep[k] for k in layer_ids], dim=2)  # [B, T, L, E]
+            return [(h[i, : len(s)].numpy().astype(np.float16), lay[i, : len(s)].numpy().astype(np.float16),
+                     layer_ids) for i, s in enumerate(batch)]
     else:
         model = Model.load(args.model or source_path(), load_mtp=False)
 

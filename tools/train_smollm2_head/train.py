@@ -44,6 +44,14 @@ file name present in an earlier directory is taken from there only (``WORK/hidde
 source's states where hidden.py ``--out-dir`` made them, the Q8_0 copy's elsewhere); ``--dir-weights 2,1`` samples
 the sequences of each directory that many times as often (times ``--upweight``).
 
+Session 19: ``--fuse 9,19`` starts a fresh run (``--init``) whose head also takes these trunk layers' residual-stream
+outputs at step 1 (``head_model.Head.fused``: h' = h + W concat(rms(l_9), rms(l_19)), W = 0 at the start, so step 0
+computes exactly what the init head computes); the shards must hold them (hidden.py ``--backend torch --layers``).
+``--heldout-dir DIR`` validates on DIR's shards instead of ``WORK/hidden-heldout/`` (for a fused head: shards with
+the layers, e.g. ``WORK/hidden-heldout-fuse/``). ``--stop-at K`` checkpoints and exits at step K (the schedule still
+follows ``--steps``; the same command resumes), so two arms can alternate in segments and stay at equal steps;
+``--log-cpu`` adds this process's training rows per CPU second to the step lines (wall-clock rows/s counts pauses).
+
     nice -n 19 .venv/bin/python tools/train_smollm2_head/train.py --steps 1500 --threads 2
 """
 
@@ -84,12 +92,15 @@ def initial_tensors(source: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def load_shards(hdir, lines: list[int] | None = None,
-                srcs: list[int] | None = None) -> list[tuple[np.ndarray, np.ndarray, int]]:
+def load_shards(hdir, lines: list[int] | None = None, srcs: list[int] | None = None,
+                layers: list[int] | None = None, layers_dir: Path | None = None) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """The sequences of every shard, in shard-file order. ``lines`` (a list) receives each sequence's gen.jsonl
     line: the shard's ``first_line`` (hidden.py, session 15) + k, or for older shards without it the running
     count (shards then cover lines 0.. contiguously). ``hdir`` may be a list of directories (session 18): a
-    file name is taken from the first directory that has it; ``srcs`` receives each sequence's directory index."""
+    file name is taken from the first directory that has it; ``srcs`` receives each sequence's directory index.
+    ``layers`` (session 19): also these stored intermediate layers (hidden.py ``--layers``), appended to each
+    sequence's hidden array ([T, (1 + len(layers)) * 576]; ``split_hidden`` takes them apart), read from the same
+    file or from the file of the same name in ``layers_dir`` (tokens checked equal)."""
     dirs = list(hdir) if isinstance(hdir, (list, tuple)) else [hdir]
     files: dict[str, tuple[Path, int]] = {}
     for di, d in enumerate(dirs):
@@ -102,6 +113,12 @@ def load_shards(hdir, lines: list[int] | None = None,
         with np.load(path) as z:  # each z[key] reads the whole array again: once per shard
             off, tokens, hidden, n_prompt = z["offsets"], z["tokens"], z["hidden"], z["n_prompt"]
             first = int(z["first_line"]) if "first_line" in z.files else len(seqs)
+        if layers:
+            with np.load(layers_dir / name if layers_dir else path) as zl:
+                assert np.array_equal(zl["tokens"], tokens), f"{name}: not the same tokens"
+                ids = [int(v) for v in zl["layer_ids"]]
+                lay = zl["layers"][:, [ids.index(k) for k in layers]]
+            hidden = np.concatenate([hidden, lay.reshape(len(lay), -1)], axis=1)
         for k in range(len(off) - 1):
             a, b = int(off[k]), int(off[k + 1])
             seqs.append((tokens[a:b].astype(np.int64), hidden[a:b], int(n_prompt[k])))
@@ -120,12 +137,19 @@ def data_vocab(seqs, n_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     return vocab, remap
 
 
+def split_hidden(h: torch.Tensor, n_embd: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[..., (1 + n) * E] -> the final state [..., E] and the n intermediate layers [..., n, E] (or None)."""
+    if h.shape[-1] == n_embd:
+        return h, None
+    return h[..., :n_embd], h[..., n_embd:].reshape(*h.shape[:-1], -1, n_embd)
+
+
 def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len: int, vocab=None,
                soft: float = 0.0, hard: str = "data", fp32: bool = False):
     tlen = min(max_len, max(len(t) for t, _, _ in batch))
     B = len(batch)
     x = torch.zeros(B, tlen, dtype=torch.long)
-    h = torch.zeros(B, tlen, E.shape[1])
+    h = torch.zeros(B, tlen, batch[0][1].shape[1])
     tgt_mask = torch.zeros(B, tlen, dtype=torch.bool)
     for b, (toks, hid, n_prompt) in enumerate(batch):
         n = min(len(toks), tlen)
@@ -138,9 +162,10 @@ def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len
     if vocab is not None:  # a target outside a --draft-ids vocabulary: no draft can be right there
         tgt_mask &= vocab[1][target] >= 0
     emb = E[x]
+    h, extra = split_hidden(h, E.shape[1])
     dt = torch.float32 if fp32 else torch.bfloat16  # --fp32: no autocast, fp32 products (session 16)
     with contextlib.nullcontext() if fp32 else torch.autocast("cpu", dtype=torch.bfloat16):
-        gs = head.steps(emb, h, len(weights))
+        gs = head.steps(emb, h, len(weights), extra if head.fuse else None)
         losses, accs = [], []
         # the softmax runs over the tokens of the data only (--vocab data): 5-6x less work than
         # the 49152-token LM head, and every target is among them
@@ -174,8 +199,8 @@ def correct_per_step(head: Head, E: torch.Tensor, seqs, n_steps: int, ids: torch
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         for toks, hid, _ in seqs:
             x = torch.from_numpy(toks)[None]
-            h = torch.from_numpy(hid.astype(np.float32))[None]
-            gs = head.steps(E[x], h, n_steps)
+            h, extra = split_hidden(torch.from_numpy(hid.astype(np.float32))[None], E.shape[1])
+            gs = head.steps(E[x], h, n_steps, extra if head.fuse else None)
             rows = []
             for g in gs:
                 pred = (g[0].to(torch.bfloat16) @ Eb.t()).argmax(-1)
@@ -260,8 +285,15 @@ def main(argv: list[str] | None = None) -> None:
                          "function-preserving (old rows copied, new down-proj columns zero; session 17)")
     ap.add_argument("--widen-scale", type=float, default=1.0,
                     help="std of the new gate/up rows of --widen-ff, relative to the old rows' std")
+    ap.add_argument("--fuse", type=str, default="",
+                    help="L1,L2,..: a fresh run's head also takes these trunk layers at step 1 (session 19)")
+    ap.add_argument("--heldout-dir", type=Path, default=None,
+                    help="validation shards (default WORK/hidden-heldout/; session 19)")
+    ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and exit at this step (session 19)")
+    ap.add_argument("--log-cpu", action="store_true", help="step lines also give rows per CPU second (session 19)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    fuse_ids = [int(v) for v in args.fuse.split(",")] if args.fuse else None
     weights = [float(w) for w in args.step_weights.split(",")]
 
     import gguf
@@ -297,6 +329,11 @@ def main(argv: list[str] | None = None) -> None:
     if ck is None and args.widen_ff and args.widen_ff > head.n_ff:
         say(f"--widen-ff: n_ff {head.n_ff} -> {args.widen_ff} (new down-proj columns zero: same function)")
         head = head.widened(args.widen_ff, seed=args.seed, scale=args.widen_scale)
+    if ck is None and fuse_ids and not head.fuse:
+        say(f"--fuse {args.fuse}: step 1 also takes trunk layers {fuse_ids} (W = 0: same function)")
+        head = head.fused(len(fuse_ids))
+    if fuse_ids:
+        assert head.fuse == len(fuse_ids), (head.fuse, fuse_ids)
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     if ck is not None:
         opt.load_state_dict(ck["opt"])
@@ -308,7 +345,7 @@ def main(argv: list[str] | None = None) -> None:
         say(f"resumed at step {step}")
     elif args.init is not None:
         say(f"initial head from {args.init}")
-    say(f"head: n_ff {head.n_ff}, {sum(p.numel() for p in head.parameters())} parameters")
+    say(f"head: n_ff {head.n_ff}, fuse {head.fuse}, {sum(p.numel() for p in head.parameters())} parameters")
     if args.ema > 0 and ema is None:
         ema = {k: v.detach().clone().float() for k, v in head.state_dict().items()}
 
@@ -327,8 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     seq_srcs: list[int] = []
     train_dirs = [Path(d) for d in args.hidden_dirs.split(",")] if args.hidden_dirs else [hidden_dir(work)]
     dir_w = [float(w) for w in args.dir_weights.split(",")] if args.dir_weights else [1.0] * len(train_dirs)
-    seqs = load_shards(train_dirs, seq_lines, seq_srcs)
-    heldout = load_shards(hidden_dir(work, "heldout"))[: args.heldout]
+    seqs = load_shards(train_dirs, seq_lines, seq_srcs, layers=fuse_ids)
+    heldout = load_shards(args.heldout_dir or hidden_dir(work, "heldout"), layers=fuse_ids)[: args.heldout]
     n_val = 0 if heldout else max(8, len(seqs) // 30)
     val, train = (heldout if heldout else seqs[:n_val]), seqs[n_val:]
     say(f"validation: {'held-out prompts' if heldout else 'train-prompt sequences'} ({len(val)})")
@@ -344,6 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         say(f"softmax over the {len(draft_ids)} ids of {args.draft_ids}")
     t0 = time.time()
     n_rows = 0
+    cpu0, cpu_rows = None, 0  # --log-cpu: counted from the first step's end (excludes loading)
 
     def sample_p(n: int):
         if not args.upweight and not args.dir_weights:
@@ -375,7 +413,7 @@ def main(argv: list[str] | None = None) -> None:
         if step % args.reload_every == 0:  # pick up shards that hidden.py wrote meanwhile
             more_lines: list[int] = []
             more_srcs: list[int] = []
-            more = load_shards(train_dirs, more_lines, more_srcs)
+            more = load_shards(train_dirs, more_lines, more_srcs, layers=fuse_ids)
             if len(more) > len(seqs) or more_srcs != seq_srcs:
                 seqs, seq_lines, seq_srcs = more, more_lines, more_srcs
                 train = seqs[n_val:]
@@ -404,9 +442,16 @@ def main(argv: list[str] | None = None) -> None:
                         ema[k] = v.clone()
         step += 1
         n_rows += rows
+        if args.log_cpu:
+            if cpu0 is None:
+                cpu0 = time.process_time()
+            else:
+                cpu_rows += rows
         if step % 2 == 0:
+            cpu = (f" {cpu_rows / max(time.process_time() - cpu0, 1e-9):.0f} rows/cpu-s"
+                   if args.log_cpu and cpu_rows else "")
             say(f"step {step} loss {' '.join(f'{v:.3f}' for v in losses)} acc {' '.join(f'{a:.3f}' for a in accs)} "
-                f"lr {lr:.2e} {n_rows / (time.time() - t0):.0f} rows/s")
+                f"lr {lr:.2e} {n_rows / (time.time() - t0):.0f} rows/s{cpu}")
         last = progress() >= 1.0
         if step % args.ckpt_every == 0 or last:
             save()
@@ -442,6 +487,10 @@ def main(argv: list[str] | None = None) -> None:
         if time.time() - t0 > args.time_limit:
             save()
             say("time limit reached")
+            break
+        if args.stop_at and step >= args.stop_at and not last:
+            save()
+            say(f"--stop-at {args.stop_at}: stopped")
             break
     say("done")
 

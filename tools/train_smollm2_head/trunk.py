@@ -57,9 +57,11 @@ class Trunk:
         self.w = w
         self.E = w["token_embd.weight"]
 
-    def forward(self, tokens, pos, key_ok, cache=None):
+    def forward(self, tokens, pos, key_ok, cache=None, keep=None):
         """tokens/pos [B, T]; key_ok [B, S] (S = cached + T: keys that are real tokens).
-        Returns post-norm h [B, T, E] and the updated cache (list of (K, V) per layer)."""
+        Returns post-norm h [B, T, E] and the updated cache (list of (K, V) per layer).
+        ``keep`` (session 19): a dict whose keys are 0-based layer indices; each gets that layer's residual-stream
+        output [B, T, E] (llama.cpp's ``l_out-IL``, before output_norm)."""
         b, t = tokens.shape
         x = self.E[tokens]
         new_cache = []
@@ -87,6 +89,8 @@ class Trunk:
             f = rms(x, self.w[p + "ffn_norm.weight"])
             g = torch.nn.functional.silu(f @ self.w[p + "ffn_gate.weight"].t()) * (f @ self.w[p + "ffn_up.weight"].t())
             x = x + g @ self.w[p + "ffn_down.weight"].t()
+            if keep is not None and i in keep:
+                keep[i] = x
         return rms(x, self.w["output_norm.weight"]), new_cache
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:

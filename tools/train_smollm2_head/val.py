@@ -6,6 +6,10 @@ the teacher-forced cross-entropy and accuracy per draft step plus the engine-lik
 checkpoints of different sessions on the same validation set (session 10: 60 sequences, not 40).
 
     .venv/bin/python tools/train_smollm2_head/val.py --ckpt build/smollm2_head/ckpt-session9.pt
+
+Session 19: a checkpoint of a fused head (train.py ``--fuse``) reads its trunk layers from the shards (``--hidden-dir``
+made by hidden.py ``--layers``, e.g. ``WORK/hidden-heldout-fuse/``) or, with ``--layers-dir DIR``, from DIR's shards of
+the same names while the final states come from ``--hidden-dir`` (e.g. llama.cpp's final states + torch's layers).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ def main(argv: list[str] | None = None) -> None:
                          "lines); --heldout still caps the sequences")
     ap.add_argument("--draft-ids", type=Path, default=None,
                     help="also the engine-like acceptance of the head trimmed to these ids (int64 .npy)")
+    ap.add_argument("--layers-dir", type=Path, default=None,
+                    help="a fused head's intermediate layers from these shards (same file names; session 19)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -46,7 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     E = torch.from_numpy(dequantized(gguf.GGUFReader(str(source)), "token_embd.weight"))
     ck = torch.load(args.ckpt, map_location="cpu", weights_only=False)
     head = Head.from_state(ck["head"])  # shaped as the checkpoint (session 17: any n_ff)
-    val = load_shards(args.hidden_dir or hidden_dir(args.work_dir, "heldout"))[: args.heldout]
+    fuse = ck.get("args", {}).get("fuse", "") if head.fuse else ""
+    layers = [int(v) for v in fuse.split(",")] if fuse else None
+    val = load_shards(args.hidden_dir or hidden_dir(args.work_dir, "heldout"), layers=layers,
+                      layers_dir=args.layers_dir)[: args.heldout]
     weights = [1.0] * args.draft
     with torch.no_grad():
         res = [batch_loss(head, E, val[i : i + 8], weights, 320) for i in range(0, len(val), 8)]
@@ -55,7 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     ce = [sum(r[1][s] * r[3] for r in res) / n for s in range(args.draft)]
     correct = correct_per_step(head, E, val, args.draft)
     sims = {nd: simulate_engine(correct, [p for _, _, p in val], nd) for nd in sorted({1, args.draft})}
-    out = {"ckpt": str(args.ckpt), "step": ck["step"], "n_ff": head.n_ff, "sequences": len(val), "rows": n,
+    out = {"ckpt": str(args.ckpt), "step": ck["step"], "n_ff": head.n_ff, "fuse": fuse,
+           "hidden_dir": str(args.hidden_dir or hidden_dir(args.work_dir, "heldout")), "sequences": len(val), "rows": n,
            "ce": ce, "acc": acc, "simulated": sims}
     if args.draft_ids is not None:
         import numpy as np
