@@ -374,14 +374,17 @@ def test_a_length_measured_in_a_slow_spell_is_measured_again() -> None:
 
 
 def test_several_streams_probe_with_one_draft() -> None:
-    """While plain decoding wins with four streams, a probe drafts one token (every draft adds a verify row
-    per stream); a probe's three rounds weigh as much as three rounds of evidence from before it, not as
-    one round's worth of observations against its twelve."""
+    """While plain decoding wins with four streams (every draft accepted, yet a round of k drafts costs more
+    than k + 1 plain rounds' worth; of the drafting lengths 4 would be the least bad), a probe drafts one token:
+    every draft adds a verify row per stream, and longer lengths are tried one above the best as from any start
+    (before session 19 the probe ran at 4, the dearest round). A probe's three rounds weigh as much as three
+    rounds of evidence from before it, not as one round's worth of observations against its twelve."""
     c = _core.DraftController(4)
-    for _ in range(60):  # plain wins: one draft costs twice a plain round, every draft rejected
-        k = c.choose(4, 4)
-        for _ in range(4):
-            c.observe_acceptance(k, 0)
-        c.observe_cost(k, 4, [10000, 20000, 30000, 40000, 50000][k], 1000 * k, False)
+    c.choose(4, 4)
+    costs = [10000, 25000, 35000, 45000, 55000]  # rates 0.100 / 0.080 / 0.086 / 0.089 / 0.091 per ms
+    for k in [1, 2, 3, 4, 0]:
+        for _ in range(6):
+            c.observe_acceptance(k, k)
+            c.observe_cost(k, 4, costs[k], 1000 * k, False)
     probes = [k for k in (c.choose(4, 4) for _ in range(200)) if k > 0]
     assert probes and set(probes) == {1}, probes
