@@ -12,10 +12,10 @@ namespace {
 
 // Rows queued in a plain stretch wait for the next draft (one batched catch-up, in its first
 // decode), so a stretch that ends the call plainly costs the head nothing; they are decoded into
-// the head early only once they hold this much memory (and never fewer than kFlushRows), so the
-// head still keeps every row of the sequence (an attention sink and the prompt included).
+// the head early only once they hold kPendingBytes of hidden states (and at least kMinPendingRows
+// rows), so the head still keeps every row of the sequence (an attention sink and the prompt included).
 constexpr size_t kPendingBytes = (size_t) 8 << 20;
-constexpr size_t kFlushRows = 64;
+constexpr size_t kMinPendingRows = 64;
 // Memory for the target's hidden states kept per sequence (MtpDrafter::Sequence::hidden): every
 // position of the context where it fits (SmolLM2: 2.3 KB a position), else the last ones.
 constexpr size_t kHiddenBytes = (size_t) 8 << 20;
@@ -31,7 +31,7 @@ MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, int32_t n_s
       p_min_(p_min),
       hidden_rows_((llama_pos) std::max<size_t>(1, std::min<size_t>(llama_n_ctx(target),
                                                                      kHiddenBytes / (sizeof(float) * (size_t) n_embd_)))),
-      pending_limit_(std::max(kFlushRows, kPendingBytes / (sizeof(float) * (size_t) n_embd_))),
+      pending_limit_(std::max(kMinPendingRows, kPendingBytes / (sizeof(float) * (size_t) n_embd_))),
       seqs_((size_t) std::max(1, n_seq)) {
     if (p_min_ > 0.0f) {
         common_params_sampling sp;  // llama.cpp's draft-mtp sampler: top 10, probabilities among them
