@@ -388,3 +388,28 @@ def test_several_streams_probe_with_one_draft() -> None:
             c.observe_cost(k, 4, costs[k], 1000 * k, False)
     probes = [k for k in (c.choose(4, 4) for _ in range(200)) if k > 0]
     assert probes and set(probes) == {1}, probes
+
+
+def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> None:
+    """Session 20, four streams at 0.75: plain decoding was measured only in the session's first rounds, slow
+    (19 ms where it takes 13), and the best length was 2, whose neighbours 1 and 3 were all that exploring
+    measured: two drafts ran the whole session where plain decoding was fastest. A plain time older than the
+    sample span is now measured again in place of the step down."""
+    import random
+
+    rng = random.Random(0)
+    c = _core.DraftController(4)
+    costs = [13000, 24000, 30000, 40000, 50000]  # rates at 0.75: plain 0.077, 1: 0.073, 2: 0.077 per ms
+    chosen = []
+    for r in range(600):
+        k = c.choose(4, 4, 2)
+        chosen.append(k)
+        for _ in range(4):
+            accepted = 0
+            while accepted < k and rng.random() < 0.75:
+                accepted += 1
+            c.observe_acceptance(k, accepted)
+        us = 20000 if r < 8 else costs[k]  # the first rounds, plain, in a slow spell
+        c.observe_cost(k, 4, us, 1000 * k * 4, False, 2)
+    assert c.estimates().iteration_us[0] == pytest.approx(13000)  # 20000 before session 20
+    assert chosen[-200:].count(0) >= 180, chosen[-200:]
