@@ -8,8 +8,9 @@ trace (``MTP_LLM_CONTROLLER_TRACE=path``), then show it.
 call: ``[k<why>/<streams>]`` then each stream's outcome (``+`` all drafts accepted, ``-`` not, ``.`` plain);
 why: ``n`` no room to draft (context, max_tokens), ``u`` plain time not measured yet, ``t`` a try of one
 draft more, ``b`` the rest of a burst, ``p`` a probe from plain decoding, ``e`` a try of a neighbouring
-length, nothing: the best measured.
-The trace's lines: ``choose STREAMS THREADS LIMIT CHOICE WHY``, ``accept DRAFTED ACCEPTED``,
+length, ``z`` plain near the calls' ends (too few tokens left to repay the head's catch-up), ``j`` plain while
+a caller waits to join the next round, nothing: the best measured.
+The trace's lines: ``choose STREAMS THREADS LIMIT CHOICE WHY REMAINING QUEUED``, ``accept DRAFTED ACCEPTED``,
 ``cost DRAFTED STREAMS THREADS US STEADY``, ``interrupt`` (a new call), ``skip`` (a thread probe round).
 Every session made while the variable is set appends to the file, so record one session per file (a
 session on a fixed length writes choices without a reason).
@@ -23,7 +24,17 @@ import os
 import statistics
 from pathlib import Path
 
-WHY = {"no-room": "n", "unmeasured": "u", "burst": "b", "try": "t", "best": "", "probe": "p", "explore": "e"}
+WHY = {
+    "no-room": "n",
+    "unmeasured": "u",
+    "burst": "b",
+    "try": "t",
+    "best": "",
+    "probe": "p",
+    "explore": "e",
+    "ending": "z",
+    "joining": "j",
+}
 
 
 def record(model_path: str, streams: int, threads: int | None, calls: int, tokens: int, out: Path) -> None:

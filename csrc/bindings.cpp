@@ -316,7 +316,8 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<mtp::DraftController>(m, "DraftController")
         .def(py::init<int32_t>(), py::arg("n_max"))
-        .def("choose", &mtp::DraftController::choose, py::arg("limit"), py::arg("streams") = 1, py::arg("threads") = 0)
+        .def("choose", &mtp::DraftController::choose, py::arg("limit"), py::arg("streams") = 1, py::arg("threads") = 0,
+             py::arg("remaining") = -1, py::arg("queued") = -1)
         .def("observe", &mtp::DraftController::observe, py::arg("drafted"), py::arg("accepted"), py::arg("us"),
              py::arg("head_us"), py::arg("resumed") = false)
         .def("observe_acceptance", &mtp::DraftController::observe_acceptance, py::arg("drafted"), py::arg("accepted"))

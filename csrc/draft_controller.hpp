@@ -50,7 +50,11 @@ public:
 
     // Draft length for the next iteration of `streams` concurrent streams on `threads` compute
     // threads (0: not given), in [0, min(limit, n_max)]. Costs are kept per (streams, threads).
-    int32_t choose(int32_t limit, int32_t streams = 1, int32_t threads = 0);
+    // `remaining`: the tokens the streams on auto may still produce, all together; `queued`: the
+    // rows their head has queued since they last drafted (its catch-up), all together (-1: not known).
+    // `limit` < 0: plain decoding, with no other effect (a caller waits to join the next round).
+    int32_t choose(int32_t limit, int32_t streams = 1, int32_t threads = 0, int64_t remaining = -1,
+                   int64_t queued = -1);
     // Whether the next choice is plain decoding with no probe due (the head may
     // skip work it would only need for drafting, such as the prompt).
     bool expects_plain() const;
@@ -99,7 +103,7 @@ private:
     bool measured(int32_t k) const;
     double cost(int32_t k) const;  // measured, or a lower bound from the nearest measured shorter length
     int32_t best_measured(int32_t limit, double & rate) const;
-    int32_t decide(int32_t limit);
+    int32_t decide(int32_t limit, int64_t remaining, int64_t queued);
     int32_t start_burst(int32_t k, int32_t iterations, bool probe);
 
     const int32_t n_max_;

@@ -62,6 +62,8 @@ public:
     virtual void catch_up(const std::vector<Slot *> & slots, const common_batch & verify_batch) = 0;
     // `s` committed `n_accepted` drafts (after catch_up, before its rows past them go).
     virtual void accept(Slot & s, size_t n_accepted) = 0;
+    // Rows of `s` the head has queued for the catch-up of its next draft (0: it keeps none).
+    virtual size_t queued_rows(const Slot & s) const = 0;
 
     virtual std::shared_ptr<const DraftSnapshot> save(const Slot & s) const = 0;
     // After the session restored the head's cache of `s` from the same entry.

@@ -77,6 +77,7 @@ public:
         }
     }
     void accept(Slot &, size_t) override {}
+    size_t queued_rows(const Slot & s) const override { return drafter_.pending_rows(s.seq); }
 
     std::shared_ptr<const DraftSnapshot> save(const Slot & s) const override {
         return std::make_shared<FusedSnapshot>(drafter_.snapshot(s.seq));

@@ -217,7 +217,9 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
     }
 
     const bool cache_prompt = g.cache_prompt.value_or(opts_.cache_prompt);
-    std::lock_guard<std::mutex> lock(mu_);
+    joining_.fetch_add(1);
+    std::unique_lock<std::mutex> lock(mu_);
+    joining_.fetch_sub(1);
     const SlotChoice choice = pick_slot(prompt, cache_prompt);
     Slot & s = *choice.slot;
     s.call.in_use = true;

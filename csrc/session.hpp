@@ -155,6 +155,7 @@ private:
     std::vector<int> sample_rows_;
     std::vector<int32_t> logprob_order_;  // top_logprobs' sort scratch
     std::atomic<int32_t> n_running_{0};
+    std::atomic<int32_t> joining_{0};  // callers in begin() waiting for the lock a round holds
     std::atomic<int32_t> last_slot_{0};
     uint64_t begin_count_ = 0;
     PromptCache saved_;

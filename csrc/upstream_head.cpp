@@ -148,6 +148,9 @@ public:
         }
     }
 
+    // A head that lagged resumes from the target's last decode: it queues no rows.
+    size_t queued_rows(const Slot &) const override { return 0; }
+
     void accept(Slot & s, size_t n_accepted) override {
         if (!stale_[s.seq]) {
             common_speculative_accept(spec_.get(), s.seq, (uint16_t) n_accepted);
