@@ -33,7 +33,8 @@ constexpr double kProbeMemory = 3.0;       // a probe weighs the acceptance evid
 constexpr int64_t kSampleSpan = 128;       // rounds a steady time stays one of its length's samples...
 constexpr size_t kKeptSamples = 1;         // ...beside the newest (so one burst of 2 replaces them)
 constexpr double kStreamsMargin = 0.03;    // S streams draft only where that beats plain decoding by (S - 1) x this share
-constexpr int64_t kQueuedPerToken = 4;     // a plain stretch ends only while the calls have a token left per this many queued rows
+constexpr int64_t kQueuedPerToken = 4;     // after a plain stretch, drafting waits while the calls have fewer tokens
+                                           // left than queued rows / this
 
 }  // namespace
 
@@ -292,8 +293,8 @@ int32_t DraftController::choose(int32_t limit, int32_t streams, int32_t threads,
         ++plain_run_;  // rounds, not streams' tokens: a probe's 3 rounds stay a bounded share of the rounds
     }
     if (trace_) {
-        std::fprintf(trace_.get(), "choose %d %d %d %d %s %lld %lld\n", shape_.streams, shape_.threads, limit, choice_, why_,
-                     (long long) remaining, (long long) queued);
+        std::fprintf(trace_.get(), "choose %d %d %d %d %s %lld %lld\n", shape_.streams, shape_.threads, limit, choice_,
+                     why_, (long long) remaining, (long long) queued);
     }
     return choice_;
 }

@@ -217,8 +217,8 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
     }
 
     const bool cache_prompt = g.cache_prompt.value_or(opts_.cache_prompt);
-    joining_.fetch_add(1);
-    std::unique_lock<std::mutex> lock(mu_);
+    joining_.fetch_add(1);  // the round that holds the lock now runs plain, to let this call in sooner
+    std::lock_guard<std::mutex> lock(mu_);
     joining_.fetch_sub(1);
     const SlotChoice choice = pick_slot(prompt, cache_prompt);
     Slot & s = *choice.slot;

@@ -93,6 +93,34 @@ def test_auto_stats_and_estimates_persist_across_calls(accept100_model: Model) -
     assert len(payload["draft_length_counts"]) == 5
 
 
+def test_auto_tells_the_controller_what_the_calls_have_left(
+    accept100_model: Model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller's ending rule reads what the session knows each round: the tokens the calls on
+    auto may still produce and the rows the head queued since it last drafted. Its trace (the file
+    MTP_LLM_CONTROLLER_TRACE names when the session is made) writes both on every choice."""
+    import gc
+
+    trace = tmp_path / "controller.txt"
+    monkeypatch.setenv("MTP_LLM_CONTROLLER_TRACE", str(trace))
+    session = make_session(accept100_model, n_draft="auto", n_ctx=512, flash_attn=False)
+    monkeypatch.delenv("MTP_LLM_CONTROLLER_TRACE")
+    session.generate("x", max_tokens=40, temp=0)
+    del session
+    gc.collect()  # the controller closes its trace
+    lines = [line.split() for line in trace.read_text().splitlines()]
+    rounds = []  # (remaining, queued, tokens the round produced)
+    for i, f in enumerate(lines):
+        if f[0] == "choose":
+            accept = next(g for g in lines[i + 1 :] if g[0] == "accept")
+            rounds.append((int(f[6]), int(f[7]), int(accept[2]) + 1))
+    assert rounds[0][0] == 40  # nothing produced before the first round
+    for (left, _, made), (after, _, _) in zip(rounds, rounds[1:]):
+        assert after == left - made  # every round's tokens counted down
+    assert [queued for _, queued, _ in rounds[:4]] == [0, 1, 2, 3]  # plain decoding measured first: a row a round
+    assert all(queued <= 4 + 1 for _, queued, _ in rounds[5:])  # once drafting, at most a round's rows wait
+
+
 def test_per_call_draft_length_overrides_the_session(accept100_model: Model) -> None:
     session = make_session(accept100_model, n_draft="auto", n_ctx=512)
     session.generate("x", max_tokens=40, temp=0, n_draft=2)

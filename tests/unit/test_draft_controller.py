@@ -413,3 +413,35 @@ def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> No
         c.observe_cost(k, 4, us, 1000 * k * 4, False, 2)
     assert c.estimates().iteration_us[0] == pytest.approx(13000)  # 20000 before session 20
     assert chosen[-200:].count(0) >= 180, chosen[-200:]
+
+
+def test_a_plain_stretch_near_the_calls_end_stays_plain() -> None:
+    """Session 20: the first draft after a plain stretch decodes every row the head queued meanwhile. Four
+    streams at 0.75 were plain for 90 rounds; when the first call ended the other three drafted their last
+    few tokens and paid that catch-up (60-130 ms of a 1.4 s batch). Drafting now waits while the calls have
+    fewer tokens left than a quarter of the queued rows; once drafting, the rule has nothing to say."""
+    c = _core.DraftController(4)
+    for _ in range(4):  # plain decoding measured: every draft would be accepted and costs little
+        assert c.choose(4, 4, 2, 400, 0) == 0
+        c.observe_cost(0, 4, 10000, 0, False, 2)
+    assert c.choose(4, 4, 2, 20, 100) == 0  # 100 rows queued, 20 tokens left: stays plain
+    assert c.choose(4, 4, 2, 25, 100) == 1  # a token left per 4 rows: the try of one draft runs
+    for _ in range(3):
+        c.observe_acceptance(1, 1)
+    c.observe_cost(1, 4, 12000, 1000, False, 2)
+    assert c.choose(4, 4, 2, 4, 400) >= 1  # drafting goes on to the end
+    assert c.choose(4, 4, 2) >= 1  # nothing known: no rule
+
+
+def test_a_round_with_a_caller_waiting_to_join_is_plain_and_keeps_the_burst() -> None:
+    """Session 20: four callers started together joined one per round, and the drafted rounds in between
+    delayed the last one, whose end is the batch's. The session passes limit -1 while a caller waits in
+    begin() (when that happens depends on the threads, so the session's side is seen in traces, why
+    "joining"): that round is plain, and a burst under way resumes after it."""
+    c = _core.DraftController(4)
+    for _ in range(4):
+        c.choose(4, 2)
+        c.observe_cost(0, 2, 10000, 0, False)
+    assert c.choose(4, 2) == 1  # the try of one draft: a burst of 3
+    assert c.choose(-1, 2) == 0
+    assert c.choose(4, 2) == 1 and c.choose(4, 2) == 1  # the burst's other two rounds
