@@ -22,7 +22,10 @@
 // 128 rounds where newer ones have come (a length measured in a slow spell is not held to it).
 // A later position's acceptance leans on the one before it (a few rounds that drafted that
 // far prove little). With several streams drafting must beat plain decoding by a margin (their
-// calls end at different rounds), probes draft one token, and a probe's streams count as rounds.
+// calls end at different rounds), probes draft one token, a probe's streams count as rounds, and
+// a plain time older than 128 rounds is measured again in place of the step down. After a plain
+// stretch, drafting waits while the calls have too few tokens left to repay the head's catch-up
+// of the rows queued meanwhile; a round with a caller waiting to join is plain (limit < 0).
 #pragma once
 
 #include <cstdint>

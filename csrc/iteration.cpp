@@ -244,7 +244,7 @@ void Session::draft(std::vector<Slot *> & slots) {
             if (s->call.auto_draft) {
                 auto_room = std::max(auto_room, r.n_max);
                 remaining += std::max(0, s->call.max_tokens - s->call.produced);
-                queued += source_ ? (int64_t) source_->queued_rows(*s) : 0;
+                queued += (int64_t) source_->queued_rows(*s);  // drafting(*s): there is a source
             }
         }
     }
