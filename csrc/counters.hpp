@@ -16,6 +16,7 @@ constexpr int kMaxDraftPositions = 16;
 #define MTP_COUNTERS(X)                                                                              \
     X(iters, Sum, "target verify passes (replays included)")                                        \
     X(verify_batches, Sum, "target verify decodes: one per round, shared by every running slot")      \
+    X(padding_rows, Sum, "rows added to shared decodes (verify, MTP head) to keep each one pass")  \
     X(replays, Sum, "passes that re-verified tokens after a checkpoint restore")                    \
     X(drafts_generated, Sum, "draft tokens proposed (replays excluded)")                            \
     X(drafts_accepted, Sum, "draft tokens accepted (replays excluded)")                             \

@@ -36,7 +36,8 @@ public:
     // The head may keep the prompt's rows for later instead of reading them now (a call
     // expected to decode plainly).
     virtual bool may_defer_prompt() const = 0;
-    // The head reads every slot's rows, drafting or not (it cannot skip a sequence).
+    // The head reads every slot's rows, drafting or not (it cannot skip a sequence): it reads
+    // the whole verify batch, which then carries no padding rows (Session::verify_padding).
     virtual bool reads_every_slot() const = 0;
 
     // The sequence's caches were cleared: a new conversation starts on it.
@@ -64,6 +65,9 @@ public:
     virtual void accept(Slot & s, size_t n_accepted) = 0;
     // Rows of `s` the head has queued for the catch-up of its next draft (0: it keeps none).
     virtual size_t queued_rows(const Slot & s) const = 0;
+    // Rows the last draft() added to the head's decodes beside the slots' own, to keep each
+    // decode one pass (the session's padding_rows counter).
+    virtual size_t padding_rows() const = 0;
 
     virtual std::shared_ptr<const DraftSnapshot> save(const Slot & s) const = 0;
     // After the session restored the head's cache of `s` from the same entry.

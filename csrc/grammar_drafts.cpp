@@ -31,6 +31,7 @@ public:
     bool may_defer_prompt() const override { return head_->may_defer_prompt(); }
     bool reads_every_slot() const override { return head_->reads_every_slot(); }
     size_t queued_rows(const Slot & s) const override { return head_->queued_rows(s); }
+    size_t padding_rows() const override { return head_->padding_rows(); }
     void reset(Slot & s) override { head_->reset(s); }
     void keep_prefix(Slot & s, llama_pos n, bool h_valid) override { head_->keep_prefix(s, n, h_valid); }
     void prompt_chunk(Slot & s, const common_batch & chunk, bool defer) override { head_->prompt_chunk(s, chunk, defer); }

@@ -93,6 +93,7 @@ void Session::process_prompt_chunk(Slot & s) {
 
 void Session::speculative_iteration(std::vector<Slot *> & slots) {
     const int64_t t_start = now_us();
+    round_padding_rows_ = 0;
     for (Slot * s : slots) {
         Slot::Round & r = s->round;
         r.counters = Counters{};
@@ -169,6 +170,7 @@ void Session::finish_iteration(Slot & sl, int64_t us, bool batch_counted) {
     c.t_total_us = (uint64_t) us;
     c.iters = 1;
     c.verify_batches = 1;
+    c.padding_rows = (uint64_t) round_padding_rows_;
     if (r.is_replay) {
         c.replays = 1;
     } else {
@@ -265,6 +267,7 @@ void Session::draft(std::vector<Slot *> & slots) {
         return;
     }
     source_->draft(slots, batch_);
+    round_padding_rows_ = (int32_t) source_->padding_rows();
     if (checkpoints_target()) {
         checkpoint_targets(slots);
     }
@@ -286,22 +289,89 @@ void Session::checkpoint_targets(const std::vector<Slot *> & slots) {
     }
 }
 
-// Runs the target on [id_last, drafts...] of every slot, in one batch.
+// The rows per sequence that keep the verify one pass, 0 where it is one already or padding
+// does not apply. llama.cpp decodes a batch of several sequences (one KV stream each, the
+// session's layout) in one pass only when their ids are consecutive and their row counts
+// equal; otherwise it makes a pass over the weights per run of them (session 21: two
+// streams in slots 0 and 2 decoded at 0.55x the speed of slots 0 and 1). Rows for the
+// sequences in between and after the shorter drafts cost far less than a pass where
+// weights dominate; they are bounded to as many as the real ones.
+int32_t Session::verify_padding(const std::vector<Slot *> & slots) const {
+    if (!pads_verify_ || slots.size() < 2) {
+        return 0;
+    }
+    int32_t rows = 0, longest = 0;
+    for (const Slot * s : slots) {
+        const int32_t n = (int32_t) s->round.draft_tokens.size() + 1;
+        rows += n;
+        longest = std::max(longest, n);
+    }
+    const llama_seq_id first = slots.front()->seq, last = slots.back()->seq;
+    const int32_t padded = (last - first + 1) * longest;
+    if (padded == rows || padded > 2 * rows) {
+        return 0;
+    }
+    llama_memory_t mem = llama_get_memory(ctx_tgt_.get());
+    const int32_t n_ctx = n_ctx_slot();
+    size_t next = 0;
+    for (llama_seq_id seq = first; seq <= last; ++seq) {
+        const bool running = next < slots.size() && slots[next]->seq == seq;
+        const llama_pos start = running ? slots[next++]->cache.n_past : llama_memory_seq_pos_max(mem, seq) + 1;
+        if (start + longest > n_ctx) {
+            return 0;
+        }
+    }
+    return longest;
+}
+
+// Runs the target on [id_last, drafts...] of every slot, in one batch (padded to one pass,
+// verify_padding); the padding rows leave the cache right after.
 void Session::verify(std::vector<Slot *> & slots) {
+    const int32_t pad_to = verify_padding(slots);
+    llama_memory_t mem = llama_get_memory(ctx_tgt_.get());
+    padding_.clear();
+    auto pad = [&](llama_seq_id seq, llama_pos from, int32_t n) {
+        if (n > 0) {
+            padding_.emplace_back(seq, from);
+            for (int32_t i = 0; i < n; ++i) {
+                batch_.add(0, from + i, seq, false);
+            }
+        }
+    };
     batch_.clear();
+    llama_seq_id next_seq = slots.empty() ? 0 : slots.front()->seq;
+    uint64_t rows = 0;
     for (Slot * s : slots) {
+        for (; pad_to > 0 && next_seq < s->seq; ++next_seq) {
+            pad(next_seq, llama_memory_seq_pos_max(mem, next_seq) + 1, pad_to);
+        }
+        next_seq = s->seq + 1;
         s->round.first_row = batch_.size();
         batch_.add(s->cache.id_last, s->cache.n_past, s->seq, true);
         for (size_t i = 0; i < s->round.draft_tokens.size(); ++i) {
             batch_.add(s->round.draft_tokens[i], s->cache.n_past + 1 + (llama_pos) i, s->seq, true);
         }
+        const int32_t n = (int32_t) s->round.draft_tokens.size() + 1;
+        rows += (uint64_t) n;
+        if (pad_to > 0) {
+            pad(s->seq, s->cache.n_past + n, pad_to - n);
+        }
     }
+    round_padding_rows_ += (int32_t) (batch_.size() - rows);
     const int64_t t0 = now_us();
+    struct DropPadding {
+        llama_memory_t mem;
+        const std::vector<std::pair<llama_seq_id, llama_pos>> & rows;
+        ~DropPadding() {
+            for (const auto & [seq, from] : rows) {
+                llama_memory_seq_rm(mem, seq, from, -1);
+            }
+        }
+    } drop{mem, padding_};
     decode_or_throw(ctx_tgt_.get(), batch_, "verify batch");
     llama_synchronize(ctx_tgt_.get());  // the pass's time is the verify's, on GPU backends too
     const uint64_t us = (uint64_t) (now_us() - t0);
-    const uint64_t rows = (uint64_t) batch_.size();
-    threads_.observe((int32_t) rows, (int64_t) us);
+    threads_.observe((int32_t) batch_.size(), (int64_t) us);
     for (Slot * s : slots) {
         s->round.counters.t_verify_us += us * (s->round.draft_tokens.size() + 1) / rows;
     }

@@ -64,6 +64,8 @@ void Session::create_contexts(const Model * head) {
                           : std::min(std::max(n_draft, kMaxForcedDrafts),
                                      (int32_t) llama_n_batch(ctx_tgt_.get()) / std::max(1, opts_.n_parallel) - 1);
     batch_ = common_batch(ctx_tgt_.get());
+    pads_verify_ = opts_.n_parallel > 1 && target_rolls_back() && llama_model_n_swa(tm) == 0 &&
+                   !llama_model_is_recurrent(tm) && !llama_model_is_hybrid(tm);
     if (head == nullptr) {
         return;
     }
@@ -87,6 +89,7 @@ void Session::create_contexts(const Model * head) {
     rollback_.head = common_context_can_seq_rm(ctx_dft_.get());
     head_ = head;
     source_ = make_draft_source(ctx_tgt_.get(), ctx_dft_.get(), rollback_, opts_);
+    pads_verify_ = pads_verify_ && !source_->reads_every_slot();
 }
 
 bool Slot::wants_stop() const {
@@ -146,6 +149,7 @@ void Session::record(Slot & s, const Counters & c, bool shared_batch_counted) {
     if (shared_batch_counted && c.verify_batches) {
         Counters t = c;
         t.verify_batches = 0;  // the round's decode is in the session's counters once
+        t.padding_rows = 0;
         total_.add(t);
         return;
     }

@@ -150,6 +150,7 @@ public:
 
     // A head that lagged resumes from the target's last decode: it queues no rows.
     size_t queued_rows(const Slot &) const override { return 0; }
+    size_t padding_rows() const override { return 0; }
 
     void accept(Slot & s, size_t n_accepted) override {
         if (!stale_[s.seq]) {

@@ -88,6 +88,11 @@ class MTPStats:
     verify_batches`` is the mean number of calls per decode (``mean_calls_per_batch``)."""
     mean_calls_per_batch: float
     """iters / verify_batches: how many calls shared each verify decode (1.0 alone)."""
+    padding_rows: int
+    """Rows added to shared decodes (target verify and MTP head) so that each stays one pass
+    over the weights: llama.cpp splits calls in non-adjacent slots, or with different row
+    counts, into a pass each. A call's are those of the decodes it shared; a session's count
+    each decode once."""
     replays: int
     """Verify passes that re-checked already accepted tokens after a checkpoint
     restore (hybrid models without recurrent rollback); never counted as drafts."""
@@ -171,6 +176,7 @@ class MTPStats:
             iters=int(c["iters"]),
             verify_batches=int(c["verify_batches"]),
             mean_calls_per_batch=int(c["iters"]) / int(c["verify_batches"]) if int(c["verify_batches"]) else 0.0,
+            padding_rows=int(c["padding_rows"]),
             replays=int(c["replays"]),
             drafts_generated=generated,
             drafts_accepted=accepted,

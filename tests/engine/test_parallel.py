@@ -154,6 +154,69 @@ def test_one_step_advances_every_running_slot(tiny_paths: dict[str, Path]) -> No
     assert not native.active
 
 
+def drive(native: Any, slots: list[int]) -> dict[int, list[int]]:
+    """Steps every slot in turn until each call finishes; their token ids."""
+    tokens: dict[int, list[int]] = {s: [] for s in slots}
+    running = set(slots)
+    while running:
+        for s in sorted(running):
+            out, finished, _ = native.step(s)
+            tokens[s] += [t[0] for t in out]
+            if finished:
+                native.end(s)
+                running.discard(s)
+    return tokens
+
+
+def test_calls_in_slots_apart_verify_in_one_pass(tiny_paths: dict[str, Path]) -> None:
+    """llama.cpp decodes sequences 0 and 2 in a pass each (its sequences must be adjacent): the
+    session pads sequence 1 so that each verify and each head decode stays one pass, takes the
+    rows out of both caches after, and no call sees a difference."""
+    target = Model.load(tiny_paths["accept100"])
+    session = MTP(target, n_parallel=3, n_ctx=768, n_draft=3, n_threads=THREADS)
+    single = MTP(target, n_ctx=256, n_draft=3, n_threads=THREADS)
+    native = session._native
+    options = session.options(max_tokens=20, temp=0).to_native()
+    slots = [native.begin(session.tokenize_prompt(p), options) for p in PROMPTS[:3]]
+    assert slots == [0, 1, 2]
+    native.step(slots[0])  # every slot's prompt
+    native.end(slots[1])  # slot 1 keeps its prompt, idle
+    session.reset_stats()
+    tokens = drive(native, [0, 2])
+    assert [tokens[0], tokens[2]] == [token_ids(single, p, max_tokens=20, temp=0) for p in (PROMPTS[0], PROMPTS[2])]
+    total = session.stats()
+    assert (total.verify_batches, total.iters) == (5, 10)  # 4 tokens a round (every draft accepted)
+    # Sequence 1's padding, each round: the verify's 4 rows; in the head's decodes, the first
+    # takes as many rows as each running sequence's catch-up plus its draft row (1 in the
+    # first round, whose rows the prompt already put in the head, then 3 + 1), the next two 1.
+    assert total.padding_rows == 5 * 4 + (1 + 1 + 1) + 4 * (4 + 1 + 1)
+    # Slot 1 still holds its prompt, unharmed: the same prompt again reuses it and decodes the same.
+    again = native.begin(session.tokenize_prompt(PROMPTS[1]), options)
+    assert again == 1
+    assert drive(native, [1])[1] == token_ids(single, PROMPTS[1], max_tokens=20, temp=0)
+    assert native.call_stats(1)["prompt_tokens_cached"] == len(session.tokenize_prompt(PROMPTS[1])) - 1
+
+
+def test_drafts_of_different_lengths_verify_in_one_pass(tiny_paths: dict[str, Path]) -> None:
+    """A call near its max_tokens drafts fewer tokens than its neighbour: its rows are padded to
+    the neighbour's count (llama.cpp splits sequences of unequal row counts into passes)."""
+    target = Model.load(tiny_paths["accept100"])
+    session = MTP(target, n_parallel=2, n_ctx=512, n_draft=3, n_threads=THREADS)
+    single = MTP(target, n_ctx=256, n_draft=3, n_threads=THREADS)
+    native = session._native
+    short, long = session.options(max_tokens=9, temp=0), session.options(max_tokens=20, temp=0)
+    slots = [native.begin(session.tokenize_prompt(PROMPTS[0]), short.to_native()),
+             native.begin(session.tokenize_prompt(PROMPTS[1]), long.to_native())]
+    assert slots == [0, 1]
+    tokens = drive(native, slots)
+    assert tokens[0] == token_ids(single, PROMPTS[0], max_tokens=9, temp=0)
+    assert tokens[1] == token_ids(single, PROMPTS[1], max_tokens=20, temp=0)
+    # Rounds of 4 rows each, then the short call's last token (1 row, no room to draft) beside
+    # the long call's 4: 3 padding rows; then the long call alone. (The head's decodes need none:
+    # both calls always catch up and draft alike, and the short one drafts nothing at the end.)
+    assert session.stats().padding_rows == 3
+
+
 def test_more_calls_than_slots_wait_their_turn(tiny_paths: dict[str, Path]) -> None:
     parallel, single = open_sessions(tiny_paths, "dense", n_parallel=2)
     expected = [token_ids(single, p, max_tokens=16, temp=0) for p in PROMPTS[:6]]
