@@ -5,6 +5,7 @@
 
 #include "draft_grammar.hpp"
 #include "llama-ext.h"
+#include "runtime.hpp"
 
 namespace mtp {
 
@@ -35,8 +36,8 @@ MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, int32_t n_s
       seqs_((size_t) std::max(1, n_seq)),
       zero_h_((size_t) n_embd_, 0.0f) {
     const llama_model * model = llama_get_model(head);
-    pads_ = seqs_.size() > 1 && llama_model_n_swa(model) == 0 && !llama_model_is_recurrent(model) &&
-            !llama_model_is_hybrid(model);
+    pads_ = padding_enabled() && seqs_.size() > 1 && llama_model_n_swa(model) == 0 &&
+            !llama_model_is_recurrent(model) && !llama_model_is_hybrid(model);
     if (p_min_ > 0.0f) {
         common_params_sampling sp;  // llama.cpp's draft-mtp sampler: top 10, probabilities among them
         sp.top_k = 10;

@@ -197,6 +197,24 @@ def test_calls_in_slots_apart_verify_in_one_pass(tiny_paths: dict[str, Path]) ->
     assert native.call_stats(1)["prompt_tokens_cached"] == len(session.tokenize_prompt(PROMPTS[1])) - 1
 
 
+def test_no_padding_switch_leaves_llama_cpp_to_split(tiny_paths: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """MTP_LLM_NO_PADDING (read when the session is made) measures what padding saves: the same
+    tokens, no padding rows."""
+    monkeypatch.setenv("MTP_LLM_NO_PADDING", "1")
+    target = Model.load(tiny_paths["accept100"])
+    session = MTP(target, n_parallel=3, n_ctx=768, n_draft=3, n_threads=THREADS)
+    monkeypatch.delenv("MTP_LLM_NO_PADDING")
+    single = MTP(target, n_ctx=256, n_draft=3, n_threads=THREADS)
+    native = session._native
+    options = session.options(max_tokens=20, temp=0).to_native()
+    slots = [native.begin(session.tokenize_prompt(p), options) for p in PROMPTS[:3]]
+    native.step(slots[0])
+    native.end(slots[1])
+    tokens = drive(native, [0, 2])
+    assert [tokens[0], tokens[2]] == [token_ids(single, p, max_tokens=20, temp=0) for p in (PROMPTS[0], PROMPTS[2])]
+    assert session.stats().padding_rows == 0
+
+
 def test_drafts_of_different_lengths_verify_in_one_pass(tiny_paths: dict[str, Path]) -> None:
     """A call near its max_tokens drafts fewer tokens than its neighbour: its rows are padded to
     the neighbour's count (llama.cpp splits sequences of unequal row counts into passes)."""
