@@ -17,12 +17,11 @@ import argparse
 import json
 import os
 import statistics
-import threading
-import time
 from pathlib import Path
 
 from mtp_llm import MTP, Model
 from mtp_llm.bench import SYNTHETIC_PROMPTS
+from mtp_llm.bench.parallel import _streams
 from mtp_llm.default_model import default_model_path
 from mtp_llm.gguf.synthetic import synthetic_model
 
@@ -32,20 +31,7 @@ TOKENS = 96
 
 def batch(session: MTP, n: int) -> float:
     """Wall time of n concurrent calls started together."""
-    start = threading.Barrier(n + 1)
-
-    def call(prompt: str) -> None:
-        start.wait()
-        session.generate(prompt, max_tokens=TOKENS, temp=0)
-
-    threads = [threading.Thread(target=call, args=(p,)) for p in SYNTHETIC_PROMPTS[:n]]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - t0
+    return _streams(session, list(SYNTHETIC_PROMPTS[:n]), TOKENS)[0]
 
 
 def main() -> None:
