@@ -32,7 +32,6 @@ constexpr double kClearlyWorse = 0.9;      // a neighbour below this share of th
 constexpr double kProbeMemory = 3.0;       // a probe weighs the acceptance evidence before it as this many rounds' observations
 constexpr int64_t kSampleSpan = 128;       // rounds a steady time stays one of its length's samples...
 constexpr size_t kKeptSamples = 1;         // ...beside the newest (so one burst of 2 replaces them)
-constexpr double kStreamsMargin = 0.03;    // S streams draft only where that beats plain decoding by (S - 1) x this share
 constexpr int64_t kQueuedPerToken = 4;     // after a plain stretch, drafting waits while the calls have fewer tokens
                                            // left than queued rows / this
 
@@ -45,7 +44,6 @@ DraftController::DraftController(int32_t n_max)
       fast_num_((size_t) n_max, kPriorAccepted),
       fast_den_((size_t) n_max, 1.0),
       acc_seen_((size_t) n_max, false),
-      probe_interval_(kProbeMin),
       explore_every_(kExploreEvery) {
     costs();
     if (const char * path = std::getenv("MTP_LLM_CONTROLLER_TRACE"); path != nullptr && *path != '\0') {
@@ -62,6 +60,7 @@ DraftController::Costs & DraftController::costs_of(Shape shape) {
     }
     Costs made;
     made.shape = shape;
+    made.probe_interval = kProbeMin;
     made.us.assign((size_t) n_max_ + 1, 0.0);
     made.n.assign((size_t) n_max_ + 1, 0);
     made.seeded.assign((size_t) n_max_ + 1, false);
@@ -167,11 +166,11 @@ double DraftController::cost(int32_t k) const {
 
 int32_t DraftController::best_measured(int32_t limit, double & rate) const {
     int32_t best = 0;
-    // With several streams drafting must beat plain decoding by a margin: streams that accept different
-    // numbers of drafts finish their calls at different rounds, and the last rounds of a call, carrying
-    // fewer streams, cost nearly a full round (session 18: four streams at n_draft 1 took 58 rounds for
-    // 54 full rounds' worth of tokens), a cost no round of its own shows.
-    rate = expected_tokens(0, false) / costs().us[0] * (1.0 + kStreamsMargin * (shape_.streams - 1));
+    // No margin for several streams: sessions 18-20 asked drafting to beat plain decoding by 3% per
+    // stream beyond the first, for the last rounds of calls that end apart, but those rounds cost
+    // what they did because llama.cpp split them into passes; padded (session 21), four streams at
+    // 0.75 ran 3.5% faster without it and two streams at forced acceptance no slower.
+    rate = expected_tokens(0, false) / costs().us[0];
     for (int32_t k = 1; k <= limit; ++k) {
         if (measured(k)) {
             const double r = expected_tokens(k, false) / costs().us[k];
@@ -216,8 +215,12 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
     double best_rate = 0.0;
     const int32_t best = best_measured(limit, best_rate);
     if (burst_is_probe_) {
+        // The probe's own number of streams learns from it: plain decoding winning at four streams
+        // says little about two (session 21: probes at four streams had stretched the interval to
+        // hundreds of rounds, and a batch of two then decoded plainly from start to end).
         burst_is_probe_ = false;
-        probe_interval_ = best == 0 ? std::min(2 * probe_interval_, kProbeMax) : kProbeMin;
+        int32_t & interval = costs_of(probe_shape_).probe_interval;
+        interval = best == 0 ? std::min(2 * interval, kProbeMax) : kProbeMin;
     }
     if (burst_is_explore_) {
         burst_is_explore_ = false;
@@ -233,7 +236,7 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
         return start_burst(next, kBurstIterations, false);
     }
     if (best == 0) {
-        if (plain_run_ < probe_interval_) {
+        if (plain_run_ < costs().probe_interval) {
             why_ = "best";
             return 0;
         }
@@ -261,6 +264,7 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
             }
         }
         why_ = "probe";
+        probe_shape_ = shape_;
         return start_burst(probe, kBurstIterations, true);
     }
     // Lengths not in use are measured again now and then, one step up or down in
@@ -434,7 +438,7 @@ ControllerEstimates DraftController::estimates() const {
         e.expected_tokens_per_s.push_back(known ? expected_tokens(k, false) * 1e6 / costs().us[k] : 0.0);
     }
     e.choice = choice_;
-    e.probe_interval = probe_interval_;
+    e.probe_interval = costs().probe_interval;
     return e;
 }
 

@@ -21,11 +21,11 @@
 // iterations that follow one of the same length (steady state), from samples of the last
 // 128 rounds where newer ones have come (a length measured in a slow spell is not held to it).
 // A later position's acceptance leans on the one before it (a few rounds that drafted that
-// far prove little). With several streams drafting must beat plain decoding by a margin (their
-// calls end at different rounds), probes draft one token, a probe's streams count as rounds, and
-// a plain time older than 128 rounds is measured again in place of the step down. After a plain
-// stretch, drafting waits while the calls have too few tokens left to repay the head's catch-up
-// of the rows queued meanwhile; a round with a caller waiting to join is plain (limit < 0).
+// far prove little). With several streams probes draft one token, each number of streams keeps
+// its own probe interval, a probe's streams count as rounds, and a plain time older than 128
+// rounds is measured again in place of the step down. After a plain stretch, drafting waits
+// while the calls have too few tokens left to repay the head's catch-up of the rows queued
+// meanwhile; a round with a caller waiting to join is plain (limit < 0).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +44,7 @@ struct ControllerEstimates {
     std::vector<double> iteration_us;  // [k]: time of an iteration drafting k (0 = not measured yet)
     std::vector<double> expected_tokens_per_s;  // [k]: E(k) / T(k) (0 = not measured yet)
     int32_t choice = 0;                // the length chosen last
-    int32_t probe_interval = 0;        // plain rounds between probes while plain decoding wins
+    int32_t probe_interval = 0;        // plain rounds between probes while plain decoding wins (at `streams`)
 };
 
 class DraftController {
@@ -94,6 +94,7 @@ private:
         // [k]: the latest steady times (round, us), oldest first; us[k] is their lower median
         std::vector<std::vector<std::pair<int64_t, double>>> recent;
         double head_step_us = 0.0;
+        int32_t probe_interval = 0;  // plain rounds between probes at this shape (from kProbeMin, doubling)
     };
     Costs & costs_of(Shape shape);  // made on first use, seeded from the nearest shape (mutex_ held)
     void seed_from_nearest(Costs & t);  // lengths without a steady time of their own (mutex_ held)
@@ -117,7 +118,7 @@ private:
     std::vector<Costs> costs_;    // one per shape seen (a handful)
     Shape shape_;                 // of the iteration being chosen
     int32_t plain_run_ = 0;       // plain rounds since the last probe
-    int32_t probe_interval_;
+    Shape probe_shape_;           // of the last probe
     // A burst: a few iterations at one length (a probe from plain decoding, or a try
     // of a length not measured lately), so that its steady cost gets measured.
     int32_t burst_length_ = 0;

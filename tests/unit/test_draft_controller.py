@@ -445,3 +445,27 @@ def test_a_round_with_a_caller_waiting_to_join_is_plain_and_keeps_the_burst() ->
     assert c.choose(4, 2) == 1  # the try of one draft: a burst of 3
     assert c.choose(-1, 2) == 0
     assert c.choose(4, 2) == 1 and c.choose(4, 2) == 1  # the burst's other two rounds
+
+
+def test_each_number_of_streams_probes_on_its_own_interval() -> None:
+    """Session 21: probes at four streams, where plain decoding won, had stretched the interval between
+    probes to hundreds of rounds, and a batch of two streams that followed, where drafting paid, decoded
+    plainly from start to end. Each number of streams now keeps its own interval: the two streams probe
+    within their first rounds and draft."""
+    c = _core.DraftController(4)
+    for _ in range(1500):  # four streams: every draft rejected
+        k = c.choose(4, 4)
+        for _ in range(4):
+            c.observe_acceptance(k, 0)
+        c.observe_cost(k, 4, 10000 + 8000 * k, 1000 * k, False)
+    assert c.estimates().probe_interval >= 256
+    two = []
+    for _ in range(100):  # two streams: every draft accepted, and drafts cost little
+        k = c.choose(4, 2)
+        two.append(k)
+        for _ in range(2):
+            c.observe_acceptance(k, k)
+        c.observe_cost(k, 2, 9000 + 1500 * k, 1000 * k, False)
+    assert any(two[:40]), two[:40]
+    assert sum(1 for k in two[-50:] if k >= 1) >= 45, two[-50:]
+    assert c.estimates().probe_interval == 32
