@@ -301,8 +301,11 @@ int32_t Session::verify_padding(const std::vector<Slot *> & slots) const {
         return 0;
     }
     int32_t rows = 0, longest = 0;
-    for (const Slot * s : slots) {
-        const int32_t n = (int32_t) s->round.draft_tokens.size() + 1;
+    for (size_t i = 0; i < slots.size(); ++i) {
+        if (i > 0 && slots[i]->seq <= slots[i - 1]->seq) {
+            return 0;  // not in sequence order (rounds list their slots in order; padding relies on it)
+        }
+        const int32_t n = (int32_t) slots[i]->round.draft_tokens.size() + 1;
         rows += n;
         longest = std::max(longest, n);
     }
