@@ -311,7 +311,7 @@ int32_t Session::verify_padding(const std::vector<Slot *> & slots) const {
     }
     const llama_seq_id first = slots.front()->seq, last = slots.back()->seq;
     const int32_t padded = (last - first + 1) * longest;
-    if (padded == rows || padded > 2 * rows) {
+    if (padded == rows || padded > 2 * rows || padded > (int32_t) llama_n_batch(ctx_tgt_.get())) {
         return 0;
     }
     llama_memory_t mem = llama_get_memory(ctx_tgt_.get());
