@@ -60,7 +60,7 @@ class DraftControllerEstimates:
     """The draft length chosen last."""
     probe_interval: int
     """Plain rounds (iterations of every stream, one token each) between probes of drafting while
-    plain decoding is faster."""
+    plain decoding is faster, at ``streams`` concurrent streams (each number keeps its own)."""
 
     @classmethod
     def from_native(cls, native: Any) -> DraftControllerEstimates:
