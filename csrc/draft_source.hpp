@@ -37,7 +37,7 @@ public:
     // expected to decode plainly).
     virtual bool may_defer_prompt() const = 0;
     // The head reads every slot's rows, drafting or not (it cannot skip a sequence): it reads
-    // the whole verify batch, which then carries no padding rows (Session::verify_padding).
+    // the whole verify batch, which then carries no padding rows (padding.hpp).
     virtual bool reads_every_slot() const = 0;
 
     // The sequence's caches were cleared: a new conversation starts on it.

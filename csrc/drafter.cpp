@@ -5,7 +5,6 @@
 
 #include "draft_grammar.hpp"
 #include "llama-ext.h"
-#include "runtime.hpp"
 
 namespace mtp {
 
@@ -35,9 +34,7 @@ MtpDrafter::MtpDrafter(llama_context * target, llama_context * head, int32_t n_s
       pending_limit_(std::max(kMinPendingRows, kPendingBytes / (sizeof(float) * (size_t) n_embd_))),
       seqs_((size_t) std::max(1, n_seq)),
       zero_h_((size_t) n_embd_, 0.0f) {
-    const llama_model * model = llama_get_model(head);
-    pads_ = padding_enabled() && seqs_.size() > 1 && llama_model_n_swa(model) == 0 &&
-            !llama_model_is_recurrent(model) && !llama_model_is_hybrid(model);
+    pads_ = pads_shared_decodes(llama_get_model(head), (int32_t) seqs_.size());
     if (p_min_ > 0.0f) {
         common_params_sampling sp;  // llama.cpp's draft-mtp sampler: top 10, probabilities among them
         sp.top_k = 10;
@@ -201,61 +198,14 @@ int32_t MtpDrafter::process_prompt(llama_seq_id seq, const common_batch & target
     return rc;
 }
 
-// llama.cpp decodes several sequences in one pass only when their ids are adjacent and their
-// row counts equal (Session::verify_padding): the rows per sequence that keep a head decode
-// over `segments` (sequence, rows; ascending) one pass, 0 where it is one already or padding
-// would more than double the rows or run past a sequence's context.
-int32_t MtpDrafter::padding(const std::vector<std::pair<llama_seq_id, int32_t>> & segments) const {
-    if (!pads_ || segments.size() < 2) {
-        return 0;
-    }
-    int32_t rows = 0, longest = 0;
-    for (size_t i = 0; i < segments.size(); ++i) {
-        if (i > 0 && segments[i].first <= segments[i - 1].first) {
-            return 0;
-        }
-        rows += segments[i].second;
-        longest = std::max(longest, segments[i].second);
-    }
-    const llama_seq_id first = segments.front().first, last = segments.back().first;
-    const int32_t padded = (last - first + 1) * longest;
-    if (padded == rows || padded > 2 * rows || padded > (int32_t) llama_n_batch(head_)) {
-        return 0;
-    }
-    llama_memory_t mem = llama_get_memory(head_);
-    const llama_pos n_ctx = (llama_pos) llama_n_ctx_seq(head_);
-    for (llama_seq_id seq = first; seq <= last; ++seq) {
-        if (llama_memory_seq_pos_max(mem, seq) + 1 + longest > n_ctx) {
-            return 0;
-        }
-    }
-    return longest;
-}
-
-void MtpDrafter::add_padding(llama_seq_id seq, llama_pos from, int32_t n) {
-    if (n <= 0) {
-        return;
-    }
-    padding_.emplace_back(seq, from);
-    padding_rows_ += (size_t) n;
-    for (int32_t i = 0; i < n; ++i) {
-        const int32_t idx = batch_.add(0, from + i, seq, false);
-        batch_.set_embd(idx, {zero_h_.data(), 1, (size_t) n_embd_});
-    }
-}
-
 int32_t MtpDrafter::decode_padded() {
     const int32_t rc = llama_process(head_, LLAMA_PROCESS_TYPE_DECODE, batch_.get());
-    llama_memory_t mem = llama_get_memory(head_);
-    for (const auto & [seq, from] : padding_) {
-        llama_memory_seq_rm(mem, seq, from, -1);
-    }
-    padding_.clear();
+    padding_.drop(head_);
     return rc;
 }
 
 int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
-    padding_rows_ = 0;
+    padding_.reset();
     size_t rows = 0;
     for (const Request & r : requests) {
         Sequence & s = seqs_[r.seq];
@@ -277,23 +227,22 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
             }
         }
     }
-    llama_memory_t mem = llama_get_memory(head_);
     // The first decode: each sequence's queued rows and its (id_last, pos), padded to one pass.
     segments_.clear();
     for (const Request & r : requests) {
-        if (r.n_max > 0) {
+        if (pads_ && r.n_max > 0) {
             segments_.emplace_back(r.seq, (int32_t) seqs_[r.seq].pending_tokens.size() + 1);
         }
     }
-    int32_t pad_to = padding(segments_);
+    int32_t pad_to = DecodePadding::rows_per_sequence(head_, segments_);
     batch_.clear();
-    llama_seq_id next_seq = segments_.empty() ? 0 : segments_.front().first;
+    llama_seq_id next_seq = pad_to > 0 ? segments_.front().first : 0;
     for (const Request & r : requests) {
         if (r.n_max <= 0) {
             continue;
         }
         for (; pad_to > 0 && next_seq < r.seq; ++next_seq) {
-            add_padding(next_seq, llama_memory_seq_pos_max(mem, next_seq) + 1, pad_to);
+            padding_.add_idle(head_, batch_, next_seq, pad_to, zero_h_.data(), (size_t) n_embd_);
         }
         next_seq = r.seq + 1;
         Sequence & s = seqs_[r.seq];
@@ -302,7 +251,7 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
         s.row = batch_.add(r.id_last, r.pos, r.seq, true);
         batch_.set_embd(s.row, {s.h_last.data(), 1, (size_t) n_embd_});
         if (pad_to > 0) {
-            add_padding(r.seq, r.pos + 1, pad_to - n);
+            padding_.add(batch_, r.seq, r.pos + 1, pad_to - n, zero_h_.data(), (size_t) n_embd_);
         }
     }
     for (int32_t step = 0; batch_.size() > 0; ++step) {
@@ -360,17 +309,17 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
         // One row for each sequence still drafting; the ones that stopped between them are padded.
         segments_.clear();
         for (const Request & r : requests) {
-            if (seqs_[r.seq].row == -2) {
+            if (pads_ && seqs_[r.seq].row == -2) {
                 segments_.emplace_back(r.seq, 1);
             }
         }
-        pad_to = padding(segments_);
-        next_seq = segments_.front().first;
+        pad_to = DecodePadding::rows_per_sequence(head_, segments_);
+        next_seq = pad_to > 0 ? segments_.front().first : 0;
         for (const Request & r : requests) {
             Sequence & s = seqs_[r.seq];
             if (s.row == -2) {
                 for (; pad_to > 0 && next_seq < r.seq; ++next_seq) {
-                    add_padding(next_seq, llama_memory_seq_pos_max(mem, next_seq) + 1, pad_to);
+                    padding_.add_idle(head_, batch_, next_seq, pad_to, zero_h_.data(), (size_t) n_embd_);
                 }
                 next_seq = r.seq + 1;
                 s.row = batch_.add(r.out->back(), r.pos + step + 1, r.seq, true);

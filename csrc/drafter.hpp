@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common.h"
+#include "padding.hpp"
 #include "sampling.h"
 #include "llama.h"
 
@@ -75,7 +76,7 @@ public:
     // Rows of `seq` waiting for the head's next decode (the catch-up of its next draft).
     size_t pending_rows(llama_seq_id seq) const { return seqs_[seq].pending_tokens.size(); }
     // Rows the last draft() added to its decodes to keep each one pass (padding()).
-    size_t padding_rows() const { return padding_rows_; }
+    size_t padding_rows() const { return padding_.rows(); }
 
     // What the driver holds beside the head's cache for one sequence (queued rows, the
     // carried hidden state), saved and restored with it by the session's prompt cache.
@@ -112,8 +113,6 @@ private:
     void add_pending(llama_seq_id seq, size_t first, size_t end);  // pending rows [first, end) into batch_
     int32_t flush(llama_seq_id seq);  // decodes the sequence's pending rows into the head (batches of n_batch)
     float draft_probability(int32_t row);  // the drafted token's probability as llama.cpp's driver sees it
-    int32_t padding(const std::vector<std::pair<llama_seq_id, int32_t>> & segments) const;
-    void add_padding(llama_seq_id seq, llama_pos from, int32_t n);  // n rows of `seq` into batch_, from `from`
     int32_t decode_padded();  // decodes batch_, then takes its padding rows out of the head's cache
 
     llama_context * target_;
@@ -127,13 +126,11 @@ private:
     size_t pending_limit_;   // queued rows per sequence that are decoded before the next draft asks
     common_sampler_ptr confidence_;  // only with p_min > 0
     std::vector<Sequence> seqs_;
-    // Head decodes of several sequences are padded to one pass (padding()): where the head's
-    // cache rolls back in place (no recurrent state, no sliding window).
+    // Head decodes of several sequences are padded to one pass (padding.hpp).
     bool pads_ = false;
+    DecodePadding padding_;      // the decode's padding rows; rows(): those of the last draft()
     std::vector<float> zero_h_;  // the hidden state of a padding row
     std::vector<std::pair<llama_seq_id, int32_t>> segments_;  // a decode's (sequence, rows), scratch
-    std::vector<std::pair<llama_seq_id, llama_pos>> padding_;  // the decode's padding rows: (sequence, first position)
-    size_t padding_rows_ = 0;
 };
 
 }  // namespace mtp

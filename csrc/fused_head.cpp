@@ -40,7 +40,6 @@ public:
 
     void draft(const std::vector<Slot *> & slots, const common_batch &) override {
         requests_.clear();
-        padding_rows_ = 0;
         for (Slot * s : slots) {
             Slot::Round & r = s->round;
             if (r.n_max > 0) {
@@ -54,7 +53,6 @@ public:
         }
         const int64_t t0 = now_us();
         const int32_t rc = drafter_.draft(requests_);
-        padding_rows_ = drafter_.padding_rows();
         const uint64_t share = (uint64_t) (now_us() - t0) / requests_.size();
         for (Slot * s : slots) {
             if (s->round.n_max > 0) {
@@ -80,7 +78,7 @@ public:
     }
     void accept(Slot &, size_t) override {}
     size_t queued_rows(const Slot & s) const override { return drafter_.pending_rows(s.seq); }
-    size_t padding_rows() const override { return padding_rows_; }
+    size_t padding_rows() const override { return requests_.empty() ? 0 : drafter_.padding_rows(); }
 
     std::shared_ptr<const DraftSnapshot> save(const Slot & s) const override {
         return std::make_shared<FusedSnapshot>(drafter_.snapshot(s.seq));
@@ -105,7 +103,6 @@ private:
     MtpDrafter drafter_;
     int32_t n_draft_max_;
     std::vector<MtpDrafter::Request> requests_;  // kept: nothing is allocated per step
-    size_t padding_rows_ = 0;                     // the last draft's (MtpDrafter::padding_rows)
 };
 
 }  // namespace

@@ -289,64 +289,23 @@ void Session::checkpoint_targets(const std::vector<Slot *> & slots) {
     }
 }
 
-// The rows per sequence that keep the verify one pass, 0 where it is one already or padding
-// does not apply. llama.cpp decodes a batch of several sequences (one KV stream each, the
-// session's layout) in one pass only when their ids are consecutive and their row counts
-// equal; otherwise it makes a pass over the weights per run of them (session 21: two
-// streams in slots 0 and 2 decoded at 0.55x the speed of slots 0 and 1). Rows for the
-// sequences in between and after the shorter drafts cost far less than a pass where
-// weights dominate; they are bounded to as many as the real ones.
-int32_t Session::verify_padding(const std::vector<Slot *> & slots) const {
-    if (!pads_verify_ || slots.size() < 2) {
-        return 0;
-    }
-    int32_t rows = 0, longest = 0;
-    for (size_t i = 0; i < slots.size(); ++i) {
-        if (i > 0 && slots[i]->seq <= slots[i - 1]->seq) {
-            return 0;  // not in sequence order (rounds list their slots in order; padding relies on it)
-        }
-        const int32_t n = (int32_t) slots[i]->round.draft_tokens.size() + 1;
-        rows += n;
-        longest = std::max(longest, n);
-    }
-    const llama_seq_id first = slots.front()->seq, last = slots.back()->seq;
-    const int32_t padded = (last - first + 1) * longest;
-    if (padded == rows || padded > 2 * rows || padded > (int32_t) llama_n_batch(ctx_tgt_.get())) {
-        return 0;
-    }
-    llama_memory_t mem = llama_get_memory(ctx_tgt_.get());
-    const int32_t n_ctx = n_ctx_slot();
-    size_t next = 0;
-    for (llama_seq_id seq = first; seq <= last; ++seq) {
-        const bool running = next < slots.size() && slots[next]->seq == seq;
-        const llama_pos start = running ? slots[next++]->cache.n_past : llama_memory_seq_pos_max(mem, seq) + 1;
-        if (start + longest > n_ctx) {
-            return 0;
-        }
-    }
-    return longest;
-}
-
-// Runs the target on [id_last, drafts...] of every slot, in one batch (padded to one pass,
-// verify_padding); the padding rows leave the cache right after.
+// Runs the target on [id_last, drafts...] of every slot, in one batch, padded to one pass
+// (padding.hpp) unless the head reads the whole batch; the padding rows leave the cache right after.
 void Session::verify(std::vector<Slot *> & slots) {
-    const int32_t pad_to = verify_padding(slots);
-    llama_memory_t mem = llama_get_memory(ctx_tgt_.get());
-    padding_.clear();
-    auto pad = [&](llama_seq_id seq, llama_pos from, int32_t n) {
-        if (n > 0) {
-            padding_.emplace_back(seq, from);
-            for (int32_t i = 0; i < n; ++i) {
-                batch_.add(0, from + i, seq, false);
-            }
+    round_segments_.clear();
+    for (const Slot * s : slots) {
+        if (pads_verify_) {
+            round_segments_.emplace_back(s->seq, (int32_t) s->round.draft_tokens.size() + 1);
         }
-    };
+    }
+    const int32_t pad_to = DecodePadding::rows_per_sequence(ctx_tgt_.get(), round_segments_);
+    padding_.reset();
     batch_.clear();
-    llama_seq_id next_seq = slots.empty() ? 0 : slots.front()->seq;
+    llama_seq_id next_seq = pad_to > 0 ? slots.front()->seq : 0;
     uint64_t rows = 0;
     for (Slot * s : slots) {
         for (; pad_to > 0 && next_seq < s->seq; ++next_seq) {
-            pad(next_seq, llama_memory_seq_pos_max(mem, next_seq) + 1, pad_to);
+            padding_.add_idle(ctx_tgt_.get(), batch_, next_seq, pad_to);
         }
         next_seq = s->seq + 1;
         s->round.first_row = batch_.size();
@@ -357,20 +316,16 @@ void Session::verify(std::vector<Slot *> & slots) {
         const int32_t n = (int32_t) s->round.draft_tokens.size() + 1;
         rows += (uint64_t) n;
         if (pad_to > 0) {
-            pad(s->seq, s->cache.n_past + n, pad_to - n);
+            padding_.add(batch_, s->seq, s->cache.n_past + n, pad_to - n);
         }
     }
-    round_padding_rows_ += (int32_t) (batch_.size() - rows);
+    round_padding_rows_ += (int32_t) padding_.rows();
     const int64_t t0 = now_us();
     struct DropPadding {
-        llama_memory_t mem;
-        const std::vector<std::pair<llama_seq_id, llama_pos>> & rows;
-        ~DropPadding() {
-            for (const auto & [seq, from] : rows) {
-                llama_memory_seq_rm(mem, seq, from, -1);
-            }
-        }
-    } drop{mem, padding_};
+        DecodePadding & padding;
+        llama_context * ctx;
+        ~DropPadding() { padding.drop(ctx); }
+    } drop{padding_, ctx_tgt_.get()};
     decode_or_throw(ctx_tgt_.get(), batch_, "verify batch");
     llama_synchronize(ctx_tgt_.get());  // the pass's time is the verify's, on GPU backends too
     const uint64_t us = (uint64_t) (now_us() - t0);

@@ -219,11 +219,6 @@ int32_t other_runnable_threads(int32_t readings) {
     return std::max(0, least);
 }
 
-bool padding_enabled() {
-    const char * off = std::getenv("MTP_LLM_NO_PADDING");
-    return off == nullptr || *off == '\0';
-}
-
 bool has_accelerator() {
     for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
         const auto type = ggml_backend_dev_type(ggml_backend_dev_get(i));

@@ -27,9 +27,6 @@ int32_t default_threads();
 // runnable threads, the least of `readings` readings 1 ms apart; 0 where it cannot be read): a
 // session does not start on, or probe, more threads than the cores they leave free.
 int32_t other_runnable_threads(int32_t readings = 1);
-// Shared decodes are padded to one pass (Session::verify_padding, MtpDrafter::padding) unless
-// MTP_LLM_NO_PADDING is set when the session is made: a diagnostic, to measure llama.cpp's split.
-bool padding_enabled();
 // A GPU or integrated-GPU backend is registered.
 bool has_accelerator();
 

@@ -64,8 +64,7 @@ void Session::create_contexts(const Model * head) {
                           : std::min(std::max(n_draft, kMaxForcedDrafts),
                                      (int32_t) llama_n_batch(ctx_tgt_.get()) / std::max(1, opts_.n_parallel) - 1);
     batch_ = common_batch(ctx_tgt_.get());
-    pads_verify_ = padding_enabled() && opts_.n_parallel > 1 && target_rolls_back() && llama_model_n_swa(tm) == 0 &&
-                   !llama_model_is_recurrent(tm) && !llama_model_is_hybrid(tm);
+    pads_verify_ = target_rolls_back() && pads_shared_decodes(tm, opts_.n_parallel);
     if (head == nullptr) {
         return;
     }

@@ -23,6 +23,7 @@
 #include "draft_source.hpp"
 #include "model.hpp"
 #include "options.hpp"
+#include "padding.hpp"
 #include "prompt_cache.hpp"
 #include "runtime.hpp"
 #include "slot.hpp"
@@ -124,7 +125,6 @@ private:
     void finish_iteration(Slot & s, int64_t us, bool batch_counted);
     void draft(std::vector<Slot *> & slots);
     void checkpoint_targets(const std::vector<Slot *> & slots);
-    int32_t verify_padding(const std::vector<Slot *> & slots) const;
     void verify(std::vector<Slot *> & slots);
     void sample(Slot & s);
     void restore_checkpoint(Slot & s);
@@ -154,10 +154,10 @@ private:
     // A round's scratch, kept to allocate nothing per step.
     std::vector<Slot *> round_prompting_, round_generating_;
     std::vector<int> sample_rows_;
-    std::vector<std::pair<llama_seq_id, llama_pos>> padding_;  // the verify's padding rows: (sequence, first position)
-    // Verify batches are padded to one pass (verify_padding): several slots whose target cache
-    // rolls back in place (no recurrent state, no sliding window), and a head, if any, that
-    // reads only the rows it is given.
+    std::vector<std::pair<llama_seq_id, int32_t>> round_segments_;  // the verify's (sequence, rows)
+    DecodePadding padding_;  // the verify's padding rows
+    // Verify batches are padded to one pass (padding.hpp): pads_shared_decodes, and a head, if
+    // any, that reads only the rows it is given.
     bool pads_verify_ = false;
     int32_t round_padding_rows_ = 0;  // this round's
     std::vector<int32_t> logprob_order_;  // top_logprobs' sort scratch

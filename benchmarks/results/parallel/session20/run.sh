@@ -1,15 +1,3 @@
 #!/bin/bash
-# Session 20: issue 32's three-run loop (the bench of sessions 18-19, here --reps 12), after plain decoding's
-# stale time is measured again. Results beside this script. Run quiet (nothing else busy on the machine).
-set -u
-cd "$(dirname "$0")/../../../.."
-O=benchmarks/results/parallel/session20
-log() { echo "$(date -u +%H:%M:%S) $*" | tee -a $O/log.txt; }
-log "load: $(cat /proc/loadavg)"
-for i in 1 2 3; do
-  log "parallel 0.75 run $i"
-  .venv/bin/mtp-llm bench --synthetic 128M --acceptance 0.75 --format f16 --parallel 1,2,4 --n-draft 1,2,3,4,auto --tokens 96 --threads 2 --reps 12 --out $O/par-075-$i > /dev/null 2>&1
-  log "parallel forced run $i"
-  .venv/bin/mtp-llm bench --synthetic 128M --format f16 --parallel 1,2,4 --n-draft 1,2,3,4,auto --tokens 96 --threads 2 --reps 12 --out $O/par-forced-$i > /dev/null 2>&1
-done
-log "done"
+# Session 20: issue 32's three-run loop (--reps 12), after plain decoding's stale time is measured again.
+exec bash "$(dirname "$0")/../../../parallel_goal_loop.sh" benchmarks/results/parallel/session20 12
