@@ -46,8 +46,8 @@ DraftController::DraftController(int32_t n_max)
       acc_seen_((size_t) n_max, false),
       explore_every_(kExploreEvery) {
     costs();
-    if (const char * path = std::getenv("MTP_LLM_CONTROLLER_TRACE"); path != nullptr && *path != '\0') {
-        trace_.reset(std::fopen(path, "a"));
+    if (const char * path = std::getenv("MTP_LLM_CONTROLLER_TRACE"); path != nullptr) {
+        trace_path_ = path;
     }
 }
 
@@ -279,10 +279,18 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
         // percent of the best length: a time of it older than kSampleSpan rounds is measured again in place of
         // the step down (session 20: four streams at 0.75 kept a plain time from a slow first call, 19 ms where
         // it takes 13, and drafted 2 for the whole session where plain decoding was fastest).
+        // Every other such step down stays one step down (session 22: four streams at 0.75 settled on 2 while
+        // plain decoding's time went stale between steps down, so they all measured plain decoding, never 1,
+        // whose time from a slow spell kept it looking worse: 1 is best there, 8% faster than 2).
         const auto & plain = costs().recent[0];
         const bool plain_stale =
             shape_.streams > 1 && best > 1 && (plain.empty() || plain.back().first < rounds_ - kSampleSpan);
-        return start_burst(!explore_down_ ? best + 1 : plain_stale ? 0 : best - 1, kBurstIterations, false);
+        int32_t step = best + 1;
+        if (explore_down_) {
+            explore_plain_ = plain_stale && !explore_plain_;
+            step = explore_plain_ ? 0 : best - 1;
+        }
+        return start_burst(step, kBurstIterations, false);
     }
     why_ = "best";
     return best;
@@ -290,6 +298,16 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
 
 int32_t DraftController::choose(int32_t limit, int32_t streams, int32_t threads, int64_t remaining, int64_t queued) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!trace_path_.empty()) {
+        // Opened by the first choice: only a session on auto writes (every session of a benchmark has a
+        // controller, and the fixed lengths' observations would mix into the file); a line at a time, so
+        // that two sessions on auto interleave whole lines.
+        trace_.reset(std::fopen(trace_path_.c_str(), "a"));
+        if (trace_) {
+            std::setvbuf(trace_.get(), nullptr, _IOLBF, 0);
+        }
+        trace_path_.clear();
+    }
     shape_ = Shape{std::max(1, streams), std::max(0, threads)};
     costs();
     choice_ = decide(std::min(limit, n_max_), remaining, queued);

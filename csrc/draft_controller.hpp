@@ -23,7 +23,7 @@
 // A later position's acceptance leans on the one before it (a few rounds that drafted that
 // far prove little). With several streams probes draft one token, each number of streams keeps
 // its own probe interval, a probe's streams count as rounds, and a plain time older than 128
-// rounds is measured again in place of the step down. After a plain stretch, drafting waits
+// rounds is measured again in place of every other step down. After a plain stretch, drafting waits
 // while the calls have too few tokens left to repay the head's catch-up of the rows queued
 // meanwhile; a round with a caller waiting to join is plain (limit < 0).
 #pragma once
@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -131,11 +132,13 @@ private:
     int32_t explore_every_;       // drafting iterations between such tries (longer while they find nothing)
     bool burst_is_explore_ = false;
     bool explore_down_ = false;   // the last try was one draft fewer
+    bool explore_plain_ = false;  // the last try down measured plain decoding in place of one draft fewer
     int32_t choice_ = 0;
     const char * why_ = "";       // what decided the last choice (for the trace)
     // MTP_LLM_CONTROLLER_TRACE=path appends every choice and observation to that file, one per line
     // (benchmarks/controller_trace.py reads it): how a run's lengths came about, for tuning.
     std::unique_ptr<std::FILE, int (*)(std::FILE *)> trace_{nullptr, &std::fclose};
+    std::string trace_path_;  // MTP_LLM_CONTROLLER_TRACE when the session was made, until the first choice opens it
 };
 
 }  // namespace mtp

@@ -415,6 +415,32 @@ def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> No
     assert chosen[-200:].count(0) >= 180, chosen[-200:]
 
 
+def test_several_streams_drafting_two_also_measure_one_draft_again() -> None:
+    """Session 22, four streams at 0.75: one draft, the fastest, ran into a slow spell and looked worse than
+    two; plain decoding's time went stale between steps down from two, so every step down measured plain
+    decoding in its place and one draft was never measured again. Steps down now alternate between plain
+    decoding and one draft fewer."""
+    import random
+
+    rng = random.Random(0)
+    c = _core.DraftController(4)
+    costs = [16500, 22500, 31500, 43000, 55000]  # rates at 0.75: plain 0.242, 1: 0.311, 2: 0.294 per ms
+    chosen = []
+    for r in range(1500):
+        k = c.choose(4, 4, 2)
+        chosen.append(k)
+        for _ in range(4):
+            accepted = 0
+            while accepted < k and rng.random() < 0.75:
+                accepted += 1
+            c.observe_acceptance(k, accepted)
+        us = 30000 if k == 1 and 150 <= r < 250 else costs[k]  # one draft in a slow spell
+        c.observe_cost(k, 4, us, 1000 * k * 4, False, 2)
+    assert 2 in chosen[250:500]  # the spell moved it to two drafts
+    assert c.estimates().iteration_us[1] == pytest.approx(22500)
+    assert chosen[-500:].count(1) >= 400, chosen[-500:]
+
+
 def test_a_plain_stretch_near_the_calls_end_stays_plain() -> None:
     """Session 20: the first draft after a plain stretch decodes every row the head queued meanwhile. Four
     streams at 0.75 were plain for 90 rounds; when the first call ended the other three drafted their last
