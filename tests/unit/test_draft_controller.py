@@ -390,18 +390,14 @@ def test_several_streams_probe_with_one_draft() -> None:
     assert probes and set(probes) == {1}, probes
 
 
-def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> None:
-    """Session 20, four streams at 0.75: plain decoding was measured only in the session's first rounds, slow
-    (19 ms where it takes 13), and the best length was 2, whose neighbours 1 and 3 were all that exploring
-    measured: two drafts ran the whole session where plain decoding was fastest. A plain time older than the
-    sample span is now measured again in place of the step down."""
+def four_streams_at_075(c: _core.DraftController, rounds: int, round_us: Any) -> list[int]:
+    """Rounds of four streams on 2 threads, each draft accepted with probability 0.75; round_us(k, r) is
+    round r's time at k drafts. The lengths chosen."""
     import random
 
     rng = random.Random(0)
-    c = _core.DraftController(4)
-    costs = [13000, 24000, 30000, 40000, 50000]  # rates at 0.75: plain 0.077, 1: 0.073, 2: 0.077 per ms
     chosen = []
-    for r in range(600):
+    for r in range(rounds):
         k = c.choose(4, 4, 2)
         chosen.append(k)
         for _ in range(4):
@@ -409,8 +405,19 @@ def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> No
             while accepted < k and rng.random() < 0.75:
                 accepted += 1
             c.observe_acceptance(k, accepted)
-        us = 20000 if r < 8 else costs[k]  # the first rounds, plain, in a slow spell
-        c.observe_cost(k, 4, us, 1000 * k * 4, False, 2)
+        c.observe_cost(k, 4, int(round_us(k, r)), 1000 * k * 4, False, 2)
+    return chosen
+
+
+def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> None:
+    """Session 20, four streams at 0.75: plain decoding was measured only in the session's first rounds, slow
+    (19 ms where it takes 13), and the best length was 2, whose neighbours 1 and 3 were all that exploring
+    measured: two drafts ran the whole session where plain decoding was fastest. A plain time older than the
+    sample span is now measured again in place of the step down."""
+    c = _core.DraftController(4)
+    costs = [13000, 24000, 30000, 40000, 50000]  # rates at 0.75: plain 0.077, 1: 0.073, 2: 0.077 per ms
+    # The first rounds, plain, in a slow spell.
+    chosen = four_streams_at_075(c, 600, lambda k, r: 20000 if r < 8 else costs[k])
     assert c.estimates().iteration_us[0] == pytest.approx(13000)  # 20000 before session 20
     assert chosen[-200:].count(0) >= 180, chosen[-200:]
 
@@ -420,24 +427,12 @@ def test_several_streams_drafting_two_also_measure_one_draft_again() -> None:
     two; plain decoding's time went stale between steps down from two, so every step down measured plain
     decoding in its place and one draft was never measured again. Steps down now alternate between plain
     decoding and one draft fewer."""
-    import random
-
-    rng = random.Random(0)
     c = _core.DraftController(4)
     costs = [16500, 22500, 31500, 43000, 55000]  # rates at 0.75: plain 0.242, 1: 0.311, 2: 0.294 per ms
-    chosen = []
-    for r in range(1500):
-        k = c.choose(4, 4, 2)
-        chosen.append(k)
-        for _ in range(4):
-            accepted = 0
-            while accepted < k and rng.random() < 0.75:
-                accepted += 1
-            c.observe_acceptance(k, accepted)
-        us = 30000 if k == 1 and 150 <= r < 250 else costs[k]  # one draft in a slow spell
-        c.observe_cost(k, 4, us, 1000 * k * 4, False, 2)
+    # One draft in a slow spell.
+    chosen = four_streams_at_075(c, 1500, lambda k, r: 30000 if k == 1 and 150 <= r < 250 else costs[k])
     assert 2 in chosen[250:500]  # the spell moved it to two drafts
-    assert c.estimates().iteration_us[1] == pytest.approx(22500)
+    assert c.estimates().iteration_us[1] == pytest.approx(22500)  # 30000 before session 22
     assert chosen[-500:].count(1) >= 400, chosen[-500:]
 
 
