@@ -3,6 +3,7 @@
 #   f75-1, f75-2: main at 8610807 (the trace then also held the fixed lengths' sessions' lines)
 #   g75-1, g75-2: the trace opens on the first choice (auto sessions only), controller unchanged
 #   h75-1, h75-2: steps down from 2+ alternate between plain decoding and one draft fewer (a2f2b12)
+#   ff-1 (19:15): forced acceptance (no --acceptance), the same build as h75
 # Traces (30k lines each) are not kept; `python build/s21/seq.py TRACE 4`-style views came from them.
 set -eu
 cd "$(dirname "$0")/../../../../.."
