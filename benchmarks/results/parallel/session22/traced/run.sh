@@ -4,7 +4,7 @@
 #   g75-1, g75-2: the trace opens on the first choice (auto sessions only), controller unchanged
 #   h75-1, h75-2: steps down from 2+ alternate between plain decoding and one draft fewer (a2f2b12)
 #   ff-1 (19:15): forced acceptance (no --acceptance), the same build as h75
-# Traces (30k lines each) are not kept; `python build/s21/seq.py TRACE 4`-style views came from them.
+# Traces (30k lines each) are not kept; this script summarises each with benchmarks/controller_trace.py show.
 set -eu
 cd "$(dirname "$0")/../../../../.."
 for i in 1 2; do
