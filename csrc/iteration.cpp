@@ -293,10 +293,8 @@ void Session::checkpoint_targets(const std::vector<Slot *> & slots) {
 // (padding.hpp) unless the head reads the whole batch; the padding rows leave the cache right after.
 void Session::verify(std::vector<Slot *> & slots) {
     round_segments_.clear();
-    for (const Slot * s : slots) {
-        if (pads_verify_) {
-            round_segments_.emplace_back(s->seq, (int32_t) s->round.draft_tokens.size() + 1);
-        }
+    for (size_t i = 0; pads_verify_ && i < slots.size(); ++i) {
+        round_segments_.emplace_back(slots[i]->seq, (int32_t) slots[i]->round.draft_tokens.size() + 1);
     }
     const int32_t pad_to = DecodePadding::rows_per_sequence(ctx_tgt_.get(), round_segments_);
     padding_.reset();
