@@ -32,6 +32,8 @@ constexpr double kClearlyWorse = 0.9;      // a neighbour below this share of th
 constexpr double kProbeMemory = 3.0;       // a probe weighs the acceptance evidence before it as this many rounds' observations
 constexpr int64_t kSampleSpan = 128;       // rounds a steady time stays one of its length's samples...
 constexpr size_t kKeptSamples = 1;         // ...beside the newest (so one burst of 2 replaces them)
+constexpr int64_t kAdjacentRounds = 3;     // rounds between two lengths' steady rounds that compare them at one moment
+constexpr int32_t kPairMemory = 4;         // a length's relative cost averages its latest comparisons, about this many
 constexpr int64_t kQueuedPerToken = 4;     // after a plain stretch, drafting waits while the calls have fewer tokens
                                            // left than queued rows / this
 
@@ -65,6 +67,9 @@ DraftController::Costs & DraftController::costs_of(Shape shape) {
     made.n.assign((size_t) n_max_ + 1, 0);
     made.seeded.assign((size_t) n_max_ + 1, false);
     made.recent.assign((size_t) n_max_ + 1, {});
+    made.log_relative.assign((size_t) n_max_ + 1, 0.0);
+    made.relative_known.assign((size_t) n_max_ + 1, false);
+    made.pairs.assign((size_t) n_max_ + 1, 0);
     for (auto & r : made.recent) {
         r.reserve(kRecentSamples);
     }
@@ -99,6 +104,9 @@ void DraftController::seed_from_nearest(Costs & made) {
             made.us[k] = nearest->us[k];
             made.n[k] = needed;
             made.seeded[k] = true;
+            made.log_relative[k] = nearest->log_relative[k];
+            made.relative_known[k] = nearest->relative_known[k];
+            made.pairs[k] = 0;
         }
     }
     if (made.head_step_us == 0.0) {
@@ -149,10 +157,29 @@ bool DraftController::measured(int32_t k) const {
     return costs().n[k] >= (k == 0 ? kMinPlainSamples : kMinSamples);
 }
 
+// The machine's speed moves by tens of percent within seconds, so times taken at different moments
+// compare badly: a length tried in a fast moment kept looking better than the one in use whenever
+// that one ran slow (session 22: four streams at forced acceptance ran 4 drafts, 0.85x, for hundreds of
+// rounds). With several streams lengths are therefore compared by their relative costs, each set from a
+// length's first steady rounds against the previous length's last ones, a round or two apart; the
+// absolute time of the length measured last sets the scale. One stream keeps its absolute times: its
+// rounds are short and many, and comparisons of two rounds against two cost it more in precision
+// than they gained (on the built-in model's recorded drafts, first calls 0.952x the best fixed length
+// against 0.975x, with 10% noise per round and no drift).
+double DraftController::relative_time(int32_t k) const {
+    const Costs & t = costs();
+    const int32_t anchor = t.run.length;
+    if (t.shape.streams == 1 || anchor < 0 || !t.relative_known[k] || !t.relative_known[anchor] ||
+        t.us[anchor] <= 0.0) {
+        return t.us[k];
+    }
+    return t.us[anchor] * std::exp(t.log_relative[k] - t.log_relative[anchor]);
+}
+
 double DraftController::cost(int32_t k) const {
     const Costs & t = costs();
     if (measured(k)) {
-        return t.us[k];
+        return relative_time(k);
     }
     int32_t j = k - 1;
     while (j > 0 && !measured(j)) {
@@ -160,8 +187,8 @@ double DraftController::cost(int32_t k) const {
     }
     // Each draft beyond j adds a head step and a verify row: at least the mean growth per draft up to j
     // (lengths cost ever more per draft as the verify batch grows), and at least a head step.
-    const double per_draft = j > 0 ? std::max(t.head_step_us, (t.us[j] - t.us[0]) / j) : t.head_step_us;
-    return t.us[j] + (k - j) * per_draft;
+    const double per_draft = j > 0 ? std::max(t.head_step_us, (relative_time(j) - relative_time(0)) / j) : t.head_step_us;
+    return relative_time(j) + (k - j) * per_draft;
 }
 
 int32_t DraftController::best_measured(int32_t limit, double & rate) const {
@@ -170,10 +197,10 @@ int32_t DraftController::best_measured(int32_t limit, double & rate) const {
     // stream beyond the first, for the last rounds of calls that end apart, but those rounds cost
     // what they did because llama.cpp split them into passes; padded (session 21), four streams at
     // 0.75 ran 3.5% faster without it and two streams at forced acceptance no slower.
-    rate = expected_tokens(0, false) / costs().us[0];
+    rate = expected_tokens(0, false) / relative_time(0);
     for (int32_t k = 1; k <= limit; ++k) {
         if (measured(k)) {
-            const double r = expected_tokens(k, false) / costs().us[k];
+            const double r = expected_tokens(k, false) / relative_time(k);
             if (r > rate) {
                 rate = r;
                 best = k;
@@ -225,7 +252,7 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
     if (burst_is_explore_) {
         burst_is_explore_ = false;
         const bool worse = !measured(burst_length_) ||
-                           expected_tokens(burst_length_, false) / costs().us[burst_length_] < kClearlyWorse * best_rate;
+                           expected_tokens(burst_length_, false) / relative_time(burst_length_) < kClearlyWorse * best_rate;
         explore_every_ = worse ? std::min(2 * explore_every_, kExploreMax) : kExploreEvery;
     }
     // One draft more than the best is tried while it is not measured and could beat it (a length two
@@ -415,7 +442,8 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     // measured only in the short bursts of a probe or a neighbour's try is judged like the one in use
     // (before session 16 a burst caught in a stall kept a length looking worse for many tries).
     auto & recent = t.recent[(size_t) drafted];
-    if (t.seeded[drafted]) {
+    const bool was_seeded = t.seeded[drafted];
+    if (was_seeded) {
         t.seeded[drafted] = false;
         recent.clear();
     }
@@ -429,6 +457,24 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
         recent.erase(recent.begin());
     }
     recent.emplace_back(rounds_, (double) us);
+    if (!t.relative_known[drafted] || was_seeded) {
+        t.log_relative[drafted] = std::log((double) us);  // the absolute time, until a comparison sets it
+        t.relative_known[drafted] = true;
+        t.pairs[drafted] = 0;
+    }
+    Costs::Run & run = t.run;
+    if (run.length != drafted) {
+        // A run's first steady round comes two rounds after the previous run's last (the switch between).
+        t.previous_run = run.last_round >= rounds_ - kAdjacentRounds ? run : Costs::Run{};
+        run = Costs::Run{};
+        run.length = drafted;
+    }
+    run.us[0] = run.us[1];
+    run.us[1] = (double) us;
+    run.last_round = rounds_;
+    if (++run.count == 2) {
+        compare_with_previous_run(t);
+    }
     std::array<double, kRecentSamples> sorted{};
     std::transform(recent.begin(), recent.end(), sorted.begin(), [](const auto & r) { return r.second; });
     const auto middle = sorted.begin() + (ptrdiff_t) (recent.size() - 1) / 2;
@@ -442,6 +488,25 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     }
 }
 
+// A length's first two steady rounds against the previous length's last two (the faster of each: a stall
+// only slows): their ratio is the two lengths' relative cost at one moment, whatever the machine's speed.
+// Each new comparison moves the new run's length halfway (a first one sets it), so that the length
+// in use is corrected too when the machine treats the lengths differently than before.
+void DraftController::compare_with_previous_run(Costs & t) {
+    const Costs::Run & before = t.previous_run;
+    const int32_t k = t.run.length;
+    if (before.length < 0 || before.count == 0 || !t.relative_known[before.length]) {
+        return;
+    }
+    const double target = t.log_relative[before.length] + std::log(t.run.fastest() / before.fastest());
+    t.pairs[k] = std::min(t.pairs[k] + 1, kPairMemory);
+    t.log_relative[k] += (target - t.log_relative[k]) / t.pairs[k];
+    if (trace_) {
+        std::fprintf(trace_.get(), "relative %d %d %d %.0f\n", k, before.length, t.shape.streams,
+                     1000.0 * std::exp(t.log_relative[k] - t.log_relative[before.length]));
+    }
+}
+
 ControllerEstimates DraftController::estimates() const {
     std::lock_guard<std::mutex> lock(mutex_);
     ControllerEstimates e;
@@ -452,8 +517,8 @@ ControllerEstimates DraftController::estimates() const {
     e.threads = shape_.threads;
     for (int32_t k = 0; k <= n_max_; ++k) {
         const bool known = measured(k);
-        e.iteration_us.push_back(known ? costs().us[k] : 0.0);
-        e.expected_tokens_per_s.push_back(known ? expected_tokens(k, false) * 1e6 / costs().us[k] : 0.0);
+        e.iteration_us.push_back(known ? relative_time(k) : 0.0);
+        e.expected_tokens_per_s.push_back(known ? expected_tokens(k, false) * 1e6 / relative_time(k) : 0.0);
     }
     e.choice = choice_;
     e.probe_interval = costs().probe_interval;

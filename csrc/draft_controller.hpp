@@ -28,6 +28,7 @@
 // meanwhile; a round with a caller waiting to join is plain (limit < 0).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -96,6 +97,22 @@ private:
         std::vector<std::vector<std::pair<int64_t, double>>> recent;
         double head_step_us = 0.0;
         int32_t probe_interval = 0;  // plain rounds between probes at this shape (from kProbeMin, doubling)
+        // [k]: log of k's relative cost, from times taken at the same moment as another length's (see
+        // relative_time()); only differences mean anything. `pairs`: the comparisons it averages.
+        std::vector<double> log_relative;
+        std::vector<bool> relative_known;
+        std::vector<int32_t> pairs;
+        // The steady rounds of the length running now at this shape and of the one before it (their
+        // last two times): a length's first steady rounds after a switch are compared with the
+        // previous length's last ones, taken a round or two apart.
+        struct Run {
+            int32_t length = -1;
+            int64_t last_round = -1;
+            int32_t count = 0;
+            double us[2] = {0.0, 0.0};  // its last two steady times, the latest second
+            double fastest() const { return count > 1 ? std::min(us[0], us[1]) : us[1]; }
+        };
+        Run run, previous_run;
     };
     Costs & costs_of(Shape shape);  // made on first use, seeded from the nearest shape (mutex_ held)
     void seed_from_nearest(Costs & t);  // lengths without a steady time of their own (mutex_ held)
@@ -106,6 +123,8 @@ private:
     double acceptance(int32_t i, bool optimistic) const;
     double expected_tokens(int32_t k, bool optimistic) const;
     bool measured(int32_t k) const;
+    double relative_time(int32_t k) const;  // k's time at the machine's speed now (measured lengths)
+    void compare_with_previous_run(Costs & t);
     double cost(int32_t k) const;  // measured, or a lower bound from the nearest measured shorter length
     int32_t best_measured(int32_t limit, double & rate) const;
     int32_t decide(int32_t limit, int64_t remaining, int64_t queued);

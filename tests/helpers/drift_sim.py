@@ -22,10 +22,12 @@ Choose = Callable[[_core.DraftController, int], int]
 """A round's draft length from the controller and the number of live streams (auto: ``c.choose(4, live, 2)``)."""
 
 
-def bench_in_spells(choose: Choose, seed: int, reps: int = 12, tokens: int = 96, drift: bool = True) -> dict[int, float]:
+def bench_in_spells(
+    choose: Choose, seed: int, reps: int = 12, tokens: int = 96, drift: bool = True, acceptance: float = 0.75
+) -> dict[int, float]:
     """`mtp-llm bench --parallel 1,2,4` on one session through a machine whose speed drifts: spells of 0.2-1 s at
     1.0-1.5x the round times (as this 2-core VM's rounds did in session 22; none with ``drift=False``), 5% jitter.
-    Batches of 1, 2 and 4 streams of `tokens` each, drafts accepted at 0.75 per position, after a warm-up
+    Batches of 1, 2 and 4 streams of `tokens` each, drafts accepted at `acceptance` per position, after a warm-up
     repetition; committed tokens per us by number of streams."""
     rng = random.Random(seed)
     spells = random.Random(seed + 1000)  # the same drift in time whatever runs
@@ -44,7 +46,7 @@ def bench_in_spells(choose: Choose, seed: int, reps: int = 12, tokens: int = 96,
                 for i, t in enumerate(left):
                     if t > 0:
                         accepted = 0
-                        while accepted < k and rng.random() < 0.75:
+                        while accepted < k and rng.random() < acceptance:
                             accepted += 1
                         c.observe_acceptance(k, accepted)
                         left[i] = max(0, t - 1 - accepted)
@@ -59,10 +61,10 @@ def bench_in_spells(choose: Choose, seed: int, reps: int = 12, tokens: int = 96,
     return {n: made[n] / spent[n] for n in EPYC_ROUND_US}
 
 
-def auto_vs_best_fixed(seed: int, drift: bool = True) -> dict[int, tuple[float, int]]:
+def auto_vs_best_fixed(seed: int, drift: bool = True, acceptance: float = 0.75) -> dict[int, tuple[float, int]]:
     """Per number of streams: auto's tokens/us over the best fixed length's, and that length."""
-    auto = bench_in_spells(lambda c, live: c.choose(4, live, 2), seed, drift=drift)
-    fixed = [bench_in_spells(lambda c, live, k=k: k, seed, drift=drift) for k in range(5)]
+    auto = bench_in_spells(lambda c, live: c.choose(4, live, 2), seed, drift=drift, acceptance=acceptance)
+    fixed = [bench_in_spells(lambda c, live, k=k: k, seed, drift=drift, acceptance=acceptance) for k in range(5)]
     out = {}
     for n in EPYC_ROUND_US:
         best = max(range(5), key=lambda k: fixed[k][n])

@@ -433,7 +433,7 @@ def test_several_streams_drafting_two_also_measure_one_draft_again() -> None:
     # One draft in a slow spell.
     chosen = four_streams_at_075(c, 1500, lambda k, r: 30000 if k == 1 and 150 <= r < 250 else costs[k])
     assert 2 in chosen[250:500]  # the spell moved it to two drafts
-    assert c.estimates().iteration_us[1] == pytest.approx(22500)  # 30000 before session 22
+    assert c.estimates().iteration_us[1] == pytest.approx(22500, rel=1e-3)  # 30000 before session 22
     assert chosen[-500:].count(1) >= 400, chosen[-500:]
 
 
