@@ -11,7 +11,9 @@ draft more, ``b`` the rest of a burst, ``p`` a probe from plain decoding, ``e`` 
 length, ``z`` plain near the calls' ends (too few tokens left to repay the head's catch-up), ``j`` plain while
 a caller waits to join the next round, nothing: the best measured.
 The trace's lines: ``choose STREAMS THREADS LIMIT CHOICE WHY REMAINING QUEUED``, ``accept DRAFTED ACCEPTED``,
-``cost DRAFTED STREAMS THREADS US STEADY``, ``interrupt`` (a new call), ``skip`` (a thread probe round).
+``cost DRAFTED STREAMS THREADS US STEADY`` (US: the round's period, from its start to the next round's; 0: no sample),
+``compute US`` (the compute part of the round of the ``cost`` line after it), ``relative K J STREAMS PERMILLE`` (K's
+cost against J's, per mille, from rounds taken one after the other), ``interrupt`` (a new call), ``skip`` (a thread probe round).
 Every session made while the variable is set appends to the file, so record one session per file (a
 session on a fixed length writes choices without a reason).
 """

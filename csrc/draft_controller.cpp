@@ -367,6 +367,13 @@ void DraftController::interrupt() {
     }
 }
 
+void DraftController::trace_compute(int64_t us) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (trace_) {
+        std::fprintf(trace_.get(), "compute %lld\n", (long long) us);
+    }
+}
+
 void DraftController::skip_round() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (trace_) {

@@ -20,6 +20,8 @@
 // iterations, less often while they stay clearly worse. T(k) is measured only on
 // iterations that follow one of the same length (steady state), from samples of the last
 // 128 rounds where newer ones have come (a length measured in a slow spell is not held to it).
+// With several streams lengths are compared by relative costs taken at one moment (a length's first
+// steady rounds against the previous length's last), scaled by the time of the length measured last.
 // A later position's acceptance leans on the one before it (a few rounds that drafted that
 // far prove little). With several streams probes draft one token, each number of streams keeps
 // its own probe interval, a probe's streams count as rounds, and a plain time older than 128
@@ -72,6 +74,8 @@ public:
     // ...and, once per iteration, its time (every stream drafted `drafted`; `head_us` in total).
     void observe_cost(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed,
                       int32_t threads = 0);
+    // For the trace only: the compute part of the round observed next (its cost is its period).
+    void trace_compute(int64_t us);
     // The next iteration does not follow the last observed one (a new call).
     void interrupt();
     // A round that is no cost sample and leaves the next one unsteady (a probe of another

@@ -135,9 +135,9 @@ void Session::speculative_iteration(std::vector<Slot *> & slots) {
     slots.clear();
 }
 
-// The controller prices a round by its whole time, and only a round whose every stream
-// drafted the same length for it (all on "auto", none forced by a grammar, none
-// waiting for a replay): that is the shape its choice applies to.
+// The controller prices a round by its period (until the next round starts: give_round_cost), and
+// only a round whose every stream drafted the same length for it (all on "auto", none forced by a
+// grammar, none waiting for a replay): that is the shape its choice applies to.
 void Session::observe_round_cost(size_t streams) {
     if (round_is_thread_probe_) {
         controller_.skip_round();
@@ -147,17 +147,32 @@ void Session::observe_round_cost(size_t streams) {
         return;
     }
     const Slot::Call::Observation & first = round_observations_.front();
-    int64_t us = 0, head_us = 0;
+    int64_t head_us = 0, compute_us = 0;
     bool resumed = false;
     for (const auto & o : round_observations_) {
         if (o.drafted != first.drafted) {
             return;
         }
-        us += o.us;
         head_us += o.head_us;
+        compute_us += o.us;
         resumed = resumed || o.resumed;
     }
-    controller_.observe_cost(first.drafted, (int32_t) streams, us, head_us, resumed, round_threads_);
+    pending_cost_ =
+        RoundCost{first.drafted, (int32_t) streams, round_threads_, head_us, compute_us, resumed, round_started_us_};
+    if (round_prompted_) {
+        give_round_cost(-1);
+    }
+}
+
+void Session::give_round_cost(int64_t next_round_us) {
+    if (!pending_cost_) {
+        return;
+    }
+    const RoundCost c = *pending_cost_;
+    pending_cost_.reset();
+    const int64_t us = next_round_us < 0 ? 0 : next_round_us - c.started_us;  // 0: no sample, and the next is unsteady
+    controller_.trace_compute(c.compute_us);
+    controller_.observe_cost(c.drafted, c.streams, us, c.head_us, c.resumed, c.threads);
 }
 
 // One slot's share of the iteration: counters, commit or checkpoint restore, what the

@@ -301,6 +301,7 @@ void Session::prepare(Slot & s, const std::vector<int32_t> & prompt, const Gener
     // keeps the last rows for the catch-up of its first draft.
     c.head_defers_prompt = c.auto_draft && controller_.expects_plain() && source_->may_defer_prompt();
     c.pending_observation.reset();
+    give_round_cost(-1);  // the rounds' period until now included a wait for this call
     if (n_running_.load() == 1) {
         controller_.interrupt();  // a new call after a pause; with others running, the rounds go on
     }
@@ -481,6 +482,8 @@ void Session::use_threads(int32_t n, int32_t n_batch) {
 }
 
 void Session::run_round() {
+    round_started_us_ = now_us();
+    give_round_cost(round_started_us_);
     std::vector<Slot *> & prompting = round_prompting_;
     std::vector<Slot *> & generating = round_generating_;
     prompting.clear();
@@ -503,6 +506,7 @@ void Session::run_round() {
     }
     // The round's thread count (all of them unless the machine is busy), from a pool of
     // exactly that size: a larger pool's idle workers would spin beside the busy decode.
+    round_prompted_ = !prompting.empty();
     const int32_t n = generating.empty() ? threads_.current() : threads_.choose();
     const int32_t n_batch = n == n_threads_ ? n_threads_batch_ : n;
     // A probe round (a thread count tried once) is no steady sample of its count's costs.

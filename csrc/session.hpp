@@ -171,6 +171,20 @@ private:
     // round's (all running slots'), and it outlives calls: what it learns persists.
     DraftController controller_;
     std::vector<Slot::Call::Observation> round_observations_;  // this round's completed ones (run_round)
+    // A round's cost is its period, from its start to the next round's: the callers' work between rounds
+    // (their tokens, the lock, the interpreter) is paid once per round, so it favours longer drafts, and
+    // with four streams on two cores it was a third of a plain round (session 23). The controller gets a
+    // round's cost when the next one starts; a call that begins in between makes it no sample.
+    struct RoundCost {
+        int32_t drafted = 0, streams = 0, threads = 0;
+        int64_t head_us = 0, compute_us = 0;
+        bool resumed = false;
+        int64_t started_us = 0;
+    };
+    std::optional<RoundCost> pending_cost_;
+    int64_t round_started_us_ = 0;
+    bool round_prompted_ = false;  // the round also processed a prompt chunk (no cost sample)
+    void give_round_cost(int64_t next_round_us);  // the pending round's period (< 0: none, not a sample)
     // Compute threads of each generation round, fewer when the machine is busy (thread_controller.hpp).
     ThreadController threads_{1};
     int32_t threads_set_ = 0, threads_batch_set_ = 0;  // what the contexts are set to (0: their defaults)

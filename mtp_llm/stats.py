@@ -53,7 +53,9 @@ class DraftControllerEstimates:
     lower it on a busy machine, docs/performance.md); ``iteration_us`` is for these."""
     iteration_us: tuple[float, ...]
     """Per draft length k = 0..n_draft_max: measured time of one iteration of ``streams``
-    streams on ``threads`` threads (0 = not measured yet)."""
+    streams on ``threads`` threads (0 = not measured yet). With several streams, the times the
+    choice compares: each length's cost relative to the others (measured at one moment) at the
+    machine's speed of the length measured last."""
     expected_tokens_per_s: tuple[float, ...]
     """Per draft length k: expected committed tokens of one stream / iteration time (0 = not measured yet)."""
     choice: int
