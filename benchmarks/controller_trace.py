@@ -56,10 +56,15 @@ def record(model_path: str, streams: int, threads: int | None, calls: int, token
 
 def show(path: Path) -> None:
     steady: dict[tuple[int, int, int], list[int]] = collections.defaultdict(list)
+    computes: dict[tuple[int, int, int], list[int]] = collections.defaultdict(list)
     calls: list[list[str]] = [[]]
+    compute = 0
     for line in path.read_text().splitlines():
         f = line.split()
         if not f:
+            continue
+        if f[0] == "compute":
+            compute = int(f[1])
             continue
         if f[0] == "choose":
             why = f[5] if len(f) > 5 else ""  # a session on a fixed length writes no reason
@@ -67,13 +72,19 @@ def show(path: Path) -> None:
         elif f[0] == "accept":
             drafted, accepted = int(f[1]), int(f[2])
             calls[-1].append("." if drafted == 0 else "+" if accepted >= drafted else "-")
-        elif f[0] == "cost" and f[5] == "1":
-            steady[(int(f[2]), int(f[3]), int(f[1]))].append(int(f[4]))
+        elif f[0] == "cost":
+            if f[5] == "1":
+                steady[(int(f[2]), int(f[3]), int(f[1]))].append(int(f[4]))
+                if compute:
+                    computes[(int(f[2]), int(f[3]), int(f[1]))].append(compute)
+            compute = 0
         elif f[0] == "interrupt" and calls[-1]:
             calls.append([])
-    print("streams threads length: steady rounds, median us (min-max)")
+    print("streams threads length: steady rounds, median us (min-max) [median compute us: the rest is between rounds]")
     for (s, t, k), v in sorted(steady.items()):
-        print(f"  {s} {t} {k}: {len(v)}, {statistics.median(v):.0f} ({min(v)}-{max(v)})")
+        c = computes.get((s, t, k))
+        extra = f" [{statistics.median(c):.0f}]" if c else ""
+        print(f"  {s} {t} {k}: {len(v)}, {statistics.median(v):.0f} ({min(v)}-{max(v)}){extra}")
     for i, c in enumerate(calls):
         print(f"call {i}:{''.join(c)}")
 
