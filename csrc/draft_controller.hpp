@@ -21,7 +21,8 @@
 // iterations that follow one of the same length (steady state), from samples of the last
 // 128 rounds where newer ones have come (a length measured in a slow spell is not held to it).
 // With several streams lengths are compared by relative costs taken at one moment (a length's first
-// steady rounds against the previous length's last), scaled by the time of the length measured last.
+// steady rounds against the previous length's last), scaled by the time of the length measured last,
+// and drafting within 4% of plain decoding's rate wins (a probe of drafting costs the head's catch-up).
 // A later position's acceptance leans on the one before it (a few rounds that drafted that
 // far prove little). With several streams probes draft one token, each number of streams keeps
 // its own probe interval, a probe's streams count as rounds, and a plain time older than 128
