@@ -28,7 +28,8 @@ constexpr int32_t kProbeMax = 1024;        // longest interval between probes (r
 constexpr int32_t kBurstIterations = 3;    // iterations of each probe or try of another length
 constexpr int32_t kExploreEvery = 32;      // drafting iterations between tries of a neighbouring length...
 constexpr int32_t kExploreMax = 256;       // ...doubling up to this while each try finds the neighbour clearly worse
-constexpr double kClearlyWorse = 0.9;      // a neighbour below this share of the best rate is clearly worse
+constexpr double kClearlyWorse = 0.9;      // a neighbour below this share of the best rate is clearly worse...
+constexpr double kClearlyWorseStreams = 0.95;  // ...with several streams
 constexpr double kDraftingTie = 1.04;      // several streams: drafting within this factor of plain decoding's rate wins
 constexpr double kProbeMemory = 3.0;       // a probe weighs the acceptance evidence before it as this many rounds' observations
 constexpr int64_t kSampleSpan = 128;       // rounds a steady time stays one of its length's samples...
@@ -80,28 +81,31 @@ DraftController::Costs & DraftController::costs_of(Shape shape) {
 }
 
 // A number of streams without a steady time of its own at some length (calls start and end, so a
-// session meets 1 and 3 streams for a round or two between calls of 4) takes the nearest number's
-// current time on the same thread count: a far better guess than none, which would mean plain rounds
-// and bursts at every length each time; its own first steady time replaces it. (Of two as near, the
-// one of more streams: its longer verifies make the guess the cautious one.)
+// session meets 1 and 3 streams for a round or two between calls of 4) takes, length by length, the
+// time of the nearest number of streams on the same thread count that measured that length itself: a
+// far better guess than none, which would mean plain rounds and bursts at every length each time; its
+// own first steady time replaces it. (Of two as near, the one of more streams: its longer verifies make
+// the guess the cautious one. Length by length since session 23: four streams that never measured plain
+// decoding themselves, having backed off from trying it, still lend three streams their drafting times.)
 void DraftController::seed_from_nearest(Costs & made) {
-    const Costs * nearest = nullptr;
-    for (const Costs & t : costs_) {
-        if (&t == &made || t.shape.threads != made.shape.threads || t.n[0] < kMinPlainSamples || t.seeded[0]) {
-            continue;
-        }
-        const int32_t d = std::abs(t.shape.streams - made.shape.streams);
-        const int32_t best = nearest ? std::abs(nearest->shape.streams - made.shape.streams) : INT32_MAX;
-        if (d < best || (d == best && t.shape.streams > nearest->shape.streams)) {
-            nearest = &t;
-        }
-    }
-    if (nearest == nullptr) {
-        return;
-    }
+    auto nearer = [&made](const Costs * a, const Costs & b) {
+        const int32_t da = a ? std::abs(a->shape.streams - made.shape.streams) : INT32_MAX;
+        const int32_t db = std::abs(b.shape.streams - made.shape.streams);
+        return db < da || (db == da && b.shape.streams > a->shape.streams);
+    };
     for (int32_t k = 0; k <= n_max_; ++k) {
         const int32_t needed = k == 0 ? kMinPlainSamples : kMinSamples;
-        if ((made.n[k] < needed || made.seeded[k]) && nearest->n[k] >= needed && !nearest->seeded[k]) {
+        if (made.n[k] >= needed && !made.seeded[k]) {
+            continue;
+        }
+        const Costs * nearest = nullptr;
+        for (const Costs & t : costs_) {
+            if (&t != &made && t.shape.threads == made.shape.threads && t.n[k] >= needed && !t.seeded[k] &&
+                nearer(nearest, t)) {
+                nearest = &t;
+            }
+        }
+        if (nearest != nullptr) {
             made.us[k] = nearest->us[k];
             made.n[k] = needed;
             made.seeded[k] = true;
@@ -111,7 +115,15 @@ void DraftController::seed_from_nearest(Costs & made) {
         }
     }
     if (made.head_step_us == 0.0) {
-        made.head_step_us = nearest->head_step_us;
+        const Costs * nearest = nullptr;
+        for (const Costs & t : costs_) {
+            if (&t != &made && t.shape.threads == made.shape.threads && t.head_step_us > 0.0 && nearer(nearest, t)) {
+                nearest = &t;
+            }
+        }
+        if (nearest != nullptr) {
+            made.head_step_us = nearest->head_step_us;
+        }
     }
 }
 
@@ -260,8 +272,12 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
     }
     if (burst_is_explore_) {
         burst_is_explore_ = false;
+        // With several streams a try is dearer (every stream drafts its length, and the switches to and from it
+        // rebuild larger graphs) and the neighbours of the best length are often within 10% of it (session 23:
+        // four streams at 0.75, two drafts 8% and plain decoding 3-18% behind one), so tries back off from 5%.
+        const double clearly = shape_.streams > 1 ? kClearlyWorseStreams : kClearlyWorse;
         const bool worse = !measured(burst_length_) ||
-                           expected_tokens(burst_length_, false) / relative_time(burst_length_) < kClearlyWorse * best_rate;
+                           expected_tokens(burst_length_, false) / relative_time(burst_length_) < clearly * best_rate;
         explore_every_ = worse ? std::min(2 * explore_every_, kExploreMax) : kExploreEvery;
     }
     // One draft more than the best is tried while it is not measured and could beat it (a length two

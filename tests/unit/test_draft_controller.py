@@ -472,6 +472,16 @@ def test_several_streams_break_a_near_tie_with_plain_decoding_by_drafting() -> N
     assert chosen[-300:].count(0) >= 280, chosen[-300:]
 
 
+def test_several_streams_try_neighbours_within_ten_percent_ever_less_often() -> None:
+    """Session 23, four streams at 0.75: two drafts ran 8% and plain decoding 10% behind one draft. Both counted as
+    close (within 10%), so each was tried every 32 drafting rounds: three rounds at a worse length and two
+    switches, 2-3% of the session's time. With several streams, a neighbour more than 5% behind backs off."""
+    costs = [14000, 22500, 32500, 43000, 55000]  # rates at 0.75: plain 0.071, 1: 0.079, 2: 0.073 per ms
+    c = _core.DraftController(4)
+    chosen = four_streams_at_075(c, 2000, lambda k, r: costs[k])
+    assert chosen[-1000:].count(1) >= 980, [k for k in chosen[-1000:] if k != 1]
+
+
 def test_auto_keeps_the_best_length_through_a_drifting_machine() -> None:
     """Issue 32's bench on a simulated machine whose speed drifts by up to 1.5x in spells of a fraction of a
     second: with two and four streams auto keeps >= 0.95x the best fixed length (0.979 and 0.984 over 8 seeds on
