@@ -17,7 +17,7 @@
 // is still true, so the cost of looking stays a bounded share of the decode; a probe
 // weighs the evidence from before it as a few observations, so that an answer's first
 // drafts cannot outvote it. Neighbouring lengths are re-measured every 32 drafting
-// iterations, less often while they stay clearly worse. T(k) is measured only on
+// iterations, less often while they stay clearly worse (10% behind; 5% with several streams). T(k) is measured only on
 // iterations that follow one of the same length (steady state), from samples of the last
 // 128 rounds where newer ones have come (a length measured in a slow spell is not held to it).
 // With several streams lengths are compared by relative costs taken at one moment (a length's first
