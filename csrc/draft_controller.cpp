@@ -504,7 +504,7 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     run.us[0] = run.us[1];
     run.us[1] = (double) us;
     run.last_round = rounds_;
-    if (++run.count == 2) {
+    if (run.count < 2 && ++run.count == 2) {
         compare_with_previous_run(t);
     }
     std::array<double, kRecentSamples> sorted{};
@@ -522,8 +522,9 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
 
 // A length's first two steady rounds against the previous length's last two (the faster of each: a stall
 // only slows): their ratio is the two lengths' relative cost at one moment, whatever the machine's speed.
-// Each new comparison moves the new run's length halfway (a first one sets it), so that the length
-// in use is corrected too when the machine treats the lengths differently than before.
+// The new run's length moves by 1/n of the gap, n counting its comparisons up to kPairMemory (a first
+// one sets it), so that the length in use is corrected too when the machine treats the lengths
+// differently than before.
 void DraftController::compare_with_previous_run(Costs & t) {
     const Costs::Run & before = t.previous_run;
     const int32_t k = t.run.length;

@@ -17,9 +17,10 @@
 // is still true, so the cost of looking stays a bounded share of the decode; a probe
 // weighs the evidence from before it as a few observations, so that an answer's first
 // drafts cannot outvote it. Neighbouring lengths are re-measured every 32 drafting
-// iterations, less often while they stay clearly worse (10% behind; 5% with several streams). T(k) is measured only on
-// iterations that follow one of the same length (steady state), from samples of the last
-// 128 rounds where newer ones have come (a length measured in a slow spell is not held to it).
+// iterations, less often while they stay clearly worse (10% behind; 5% with several
+// streams). T(k) is measured only on iterations that follow one of the same length
+// (steady state), from samples of the last 128 rounds where newer ones have come (a length
+// measured in a slow spell is not held to it).
 // With several streams lengths are compared by relative costs taken at one moment (a length's first
 // steady rounds against the previous length's last), scaled by the time of the length measured last,
 // and drafting within 4% of plain decoding's rate wins (a probe of drafting costs the head's catch-up).
@@ -113,7 +114,7 @@ private:
         struct Run {
             int32_t length = -1;
             int64_t last_round = -1;
-            int32_t count = 0;
+            int32_t count = 0;          // its steady rounds, up to 2
             double us[2] = {0.0, 0.0};  // its last two steady times, the latest second
             double fastest() const { return count > 1 ? std::min(us[0], us[1]) : us[1]; }
         };
