@@ -392,13 +392,6 @@ void DraftController::interrupt() {
     }
 }
 
-void DraftController::trace_compute(int64_t us) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (trace_) {
-        std::fprintf(trace_.get(), "compute %lld\n", (long long) us);
-    }
-}
-
 void DraftController::skip_round() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (trace_) {
@@ -422,6 +415,12 @@ void DraftController::observe_cost(int32_t drafted, int32_t streams, int64_t us,
                                    int32_t threads) {
     std::lock_guard<std::mutex> lock(mutex_);
     observe_cost_locked(drafted, Shape{std::max(1, streams), std::max(0, threads)}, us, head_us, resumed);
+}
+
+void DraftController::observe_round(int32_t drafted, int32_t streams, int64_t us, int64_t compute_us, int64_t head_us,
+                                    bool resumed, int32_t threads) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    observe_cost_locked(drafted, Shape{std::max(1, streams), std::max(0, threads)}, us, head_us, resumed, compute_us);
 }
 
 void DraftController::observe_acceptance_locked(int32_t drafted, int32_t accepted) {
@@ -453,7 +452,7 @@ void DraftController::observe_acceptance_locked(int32_t drafted, int32_t accepte
 }
 
 void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t us, int64_t head_us,
-                                          bool resumed) {
+                                          bool resumed, int64_t compute_us) {
     drafted = std::clamp(drafted, 0, n_max_);
     // Only an iteration of the same length and shape as the one before measures that
     // steady cost: after a switch the first pass rebuilds its compute graphs.
@@ -461,6 +460,9 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     const bool steady = drafted == previous_ && shape == previous_shape_ && !resumed && us > 0;
     previous_ = drafted;
     previous_shape_ = shape;
+    if (trace_ && compute_us >= 0) {
+        std::fprintf(trace_.get(), "compute %lld\n", (long long) compute_us);
+    }
     if (trace_) {
         std::fprintf(trace_.get(), "cost %d %d %d %lld %d\n", drafted, shape.streams, shape.threads, (long long) us,
                      steady ? 1 : 0);

@@ -76,8 +76,10 @@ public:
     // ...and, once per iteration, its time (every stream drafted `drafted`; `head_us` in total).
     void observe_cost(int32_t drafted, int32_t streams, int64_t us, int64_t head_us, bool resumed,
                       int32_t threads = 0);
-    // For the trace only: the compute part of the round observed next (its cost is its period).
-    void trace_compute(int64_t us);
+    // The same for the engine's rounds, whose `us` is their period; `compute_us`, the part spent in the
+    // round itself, goes to the trace only.
+    void observe_round(int32_t drafted, int32_t streams, int64_t us, int64_t compute_us, int64_t head_us,
+                       bool resumed, int32_t threads);
     // The next iteration does not follow the last observed one (a new call).
     void interrupt();
     // A round that is no cost sample and leaves the next one unsteady (a probe of another
@@ -125,7 +127,8 @@ private:
     Costs & costs();              // the current shape's (mutex_ held)
     const Costs & costs() const;
     void observe_acceptance_locked(int32_t drafted, int32_t accepted);
-    void observe_cost_locked(int32_t drafted, Shape shape, int64_t us, int64_t head_us, bool resumed);
+    void observe_cost_locked(int32_t drafted, Shape shape, int64_t us, int64_t head_us, bool resumed,
+                             int64_t compute_us = -1);
     double acceptance(int32_t i, bool optimistic) const;
     double expected_tokens(int32_t k, bool optimistic) const;
     bool measured(int32_t k) const;

@@ -171,8 +171,7 @@ void Session::give_round_cost(int64_t next_round_us) {
     const RoundCost c = *pending_cost_;
     pending_cost_.reset();
     const int64_t us = next_round_us < 0 ? 0 : next_round_us - c.started_us;  // 0: no sample, and the next is unsteady
-    controller_.trace_compute(c.compute_us);
-    controller_.observe_cost(c.drafted, c.streams, us, c.head_us, c.resumed, c.threads);
+    controller_.observe_round(c.drafted, c.streams, us, c.compute_us, c.head_us, c.resumed, c.threads);
 }
 
 // One slot's share of the iteration: counters, commit or checkpoint restore, what the

@@ -391,8 +391,8 @@ def test_several_streams_probe_with_one_draft() -> None:
     assert probes and set(probes) == {1}, probes
 
 
-def four_streams_at_075(c: _core.DraftController, rounds: int, round_us: Any) -> list[int]:
-    """Rounds of four streams on 2 threads, each draft accepted with probability 0.75; round_us(k, r) is
+def four_streams(c: _core.DraftController, rounds: int, round_us: Any, acceptance: float = 0.75) -> list[int]:
+    """Rounds of four streams on 2 threads, each draft accepted with probability `acceptance`; round_us(k, r) is
     round r's time at k drafts. The lengths chosen."""
     import random
 
@@ -403,7 +403,7 @@ def four_streams_at_075(c: _core.DraftController, rounds: int, round_us: Any) ->
         chosen.append(k)
         for _ in range(4):
             accepted = 0
-            while accepted < k and rng.random() < 0.75:
+            while accepted < k and rng.random() < acceptance:
                 accepted += 1
             c.observe_acceptance(k, accepted)
         c.observe_cost(k, 4, int(round_us(k, r)), 1000 * k * 4, False, 2)
@@ -420,7 +420,7 @@ def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> No
     # that drafting wins since session 23).
     costs = [12000, 24000, 30000, 40000, 50000]
     # The first rounds, plain, in a slow spell.
-    chosen = four_streams_at_075(c, 600, lambda k, r: 20000 if r < 8 else costs[k])
+    chosen = four_streams(c, 600, lambda k, r: 20000 if r < 8 else costs[k])
     assert c.estimates().iteration_us[0] == pytest.approx(12000, rel=1e-3)  # 20000 before session 20
     assert chosen[-200:].count(0) >= 180, chosen[-200:]
 
@@ -433,7 +433,7 @@ def test_several_streams_drafting_two_also_measure_one_draft_again() -> None:
     c = _core.DraftController(4)
     costs = [16500, 22500, 31500, 43000, 55000]  # rates at 0.75: plain 0.242, 1: 0.311, 2: 0.294 per ms
     # One draft in a slow spell.
-    chosen = four_streams_at_075(c, 1500, lambda k, r: 30000 if k == 1 and 150 <= r < 250 else costs[k])
+    chosen = four_streams(c, 1500, lambda k, r: 30000 if k == 1 and 150 <= r < 250 else costs[k])
     assert 2 in chosen[250:500]  # the spell moved it to two drafts
     assert c.estimates().iteration_us[1] == pytest.approx(22500, rel=1e-3)  # 30000 before session 22
     assert chosen[-500:].count(1) >= 400, chosen[-500:]
@@ -446,13 +446,7 @@ def test_several_streams_compare_lengths_at_one_moment() -> None:
     one another, measured a round apart, so a slowdown of all of them changes nothing."""
     c = _core.DraftController(4)
     costs = [13500, 22500, 32000, 34000, 53000]  # forced: rates 0.074, 0.089, 0.094, 0.118, 0.094 per ms
-    chosen = []
-    for r in range(700):
-        k = c.choose(4, 4, 2)
-        chosen.append(k)
-        for _ in range(4):
-            c.observe_acceptance(k, k)
-        c.observe_cost(k, 4, int(costs[k] * (1.45 if r >= 600 else 1.0)), 1000 * k * 4, False, 2)
+    chosen = four_streams(c, 700, lambda k, r: costs[k] * (1.45 if r >= 600 else 1.0), acceptance=1.0)
     assert chosen[590:600] == [3] * 10
     assert chosen[600:640].count(3) >= 37, chosen[600:640]  # 30 of 40 with absolute times
 
@@ -464,11 +458,11 @@ def test_several_streams_break_a_near_tie_with_plain_decoding_by_drafting() -> N
     plain rounds to measure again from drafting. A tie within 4% now goes to drafting (with several streams)."""
     tied = [13000, 22300, 32000, 43000, 55000]  # rates at 0.75: plain 0.0769, 1: 0.0785 x 0.96 = 0.0754 per ms
     c = _core.DraftController(4)
-    chosen = four_streams_at_075(c, 800, lambda k, r: tied[k])
+    chosen = four_streams(c, 800, lambda k, r: tied[k])
     assert chosen[-300:].count(1) >= 250, chosen[-300:]
     clear = [12000] + tied[1:]  # plain 0.083: 9% ahead
     c = _core.DraftController(4)
-    chosen = four_streams_at_075(c, 800, lambda k, r: clear[k])
+    chosen = four_streams(c, 800, lambda k, r: clear[k])
     assert chosen[-300:].count(0) >= 280, chosen[-300:]
 
 
@@ -478,7 +472,7 @@ def test_several_streams_try_neighbours_within_ten_percent_ever_less_often() -> 
     switches, 2-3% of the session's time. With several streams, a neighbour more than 5% behind backs off."""
     costs = [14000, 22500, 32500, 43000, 55000]  # rates at 0.75: plain 0.071, 1: 0.079, 2: 0.073 per ms
     c = _core.DraftController(4)
-    chosen = four_streams_at_075(c, 2000, lambda k, r: costs[k])
+    chosen = four_streams(c, 2000, lambda k, r: costs[k])
     assert chosen[-1000:].count(1) >= 980, [k for k in chosen[-1000:] if k != 1]
 
 
