@@ -2,19 +2,23 @@
 ``--head`` adds the same configurations with another head file for SmolLM2 (e.g. a full-vocabulary or
 a newly trained head, embedded by ``mtp_llm.smollm2.converted_path``).
 
-    chrt -f 50 .venv/bin/python benchmarks/built_in_speed.py [--head HEAD.gguf] [--threads 2] [--reps 3]
+    .venv/bin/python benchmarks/built_in_speed.py [--head HEAD.gguf] [--threads 2] [--reps 3] [--out DIR]
 
 Four chat prompts the head never saw, 128 tokens, greedy; one warm-up repetition not counted; medians.
+The table is printed and written to DIR/built_in_speed.{md,json} (default benchmarks/results), which
+``benchmarks/plots.py`` draws.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import sys
 from pathlib import Path
 
 from mtp_llm import MTP, Model
-from mtp_llm.bench.common import CHAT_QUESTIONS
+from mtp_llm.bench.common import CHAT_QUESTIONS, cpu_name
 from mtp_llm.default_model import default_model_path
 
 
@@ -34,6 +38,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = parser.parse_args()
     model = Model.load(default_model_path())
     prompts = [model.apply_chat_template([("user", q)]) for q in CHAT_QUESTIONS]
@@ -58,12 +63,26 @@ def main() -> int:
                     counts = list(st.draft_length_counts)
                     lengths[name] = [a + b for a, b in zip(lengths[name] or [0] * len(counts), counts)]
     base = statistics.median(speed["plain"])
-    print(f"{args.threads} threads, {len(prompts)} prompts x {args.tokens} tokens, {args.reps} reps\n")
-    print("| configuration | tokens/s | x plain | acceptance | iterations per drafted length |\n|---|---|---|---|---|")
+    header = (f"Built-in model ({Path(default_model_path()).name}), {len(prompts)} chat prompts x {args.tokens} "
+              f"tokens, greedy, {args.threads} threads, median of {args.reps} interleaved repetitions; "
+              f"CPU: {cpu_name()}")
+    lines = [header, "", "| configuration | tokens/s | x plain | acceptance | iterations per drafted length |",
+             "|---|---|---|---|---|"]
+    rows = []
     for name in sessions:
         tps = statistics.median(speed[name])
-        print(f"| {name} | {tps:.1f} | {tps / base:.3f} | {statistics.mean(acceptance[name]):.3f} | "
-              f"{'/'.join(map(str, lengths[name]))} |")
+        rows.append({"config": name.replace(f"built-in (vocab {model.draft_vocab_size}), ", ""), "tokens_per_sec": tps,
+                     "x_plain": tps / base, "acceptance": statistics.mean(acceptance[name]),
+                     "draft_length_counts": lengths[name]})
+        lines.append(f"| {name} | {tps:.1f} | {tps / base:.3f} | {statistics.mean(acceptance[name]):.3f} | "
+                     f"{'/'.join(map(str, lengths[name]))} |")
+    print("\n".join(lines))
+    meta = {"command": "benchmarks/built_in_speed.py " + " ".join(sys.argv[1:]), "cpu": cpu_name(),
+            "threads": args.threads, "reps": args.reps, "tokens": args.tokens, "prompts": len(prompts),
+            "model": Path(default_model_path()).name}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "built_in_speed.md").write_text("\n".join(lines) + "\n")
+    (args.out / "built_in_speed.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     return 0
 
 

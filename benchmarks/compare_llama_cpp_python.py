@@ -7,10 +7,14 @@ virtual environment (it compiles llama.cpp, several minutes on 2 cores):
 
 Then run this script with the project's venv:
 
-    .venv/bin/python benchmarks/compare_llama_cpp_python.py [--tokens 128] [--threads 2] [--reps 3]
+    .venv/bin/python benchmarks/compare_llama_cpp_python.py [--model M.gguf] [--n-draft 1,3,auto] [--chat]
+        [--tokens 128] [--threads 2] [--reps 3]
 
 Each repetition runs llama-cpp-python (in a subprocess of .venv-peer), our plain decoding and
-our MTP at each n_draft, interleaved, greedy, on the held-out prompts.
+our MTP at each n_draft, interleaved, greedy, on the same prompts: the first 8 held-out prompts
+(benchmarks/prompts/heldout.json), or with ``--chat`` the four chat questions of
+``built_in_speed.py`` rendered through the model's chat template. The default model is the
+built-in one.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ PEER = textwrap.dedent(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model")
-    parser.add_argument("--n-draft", default="1,3")
+    parser.add_argument("--n-draft", default="1,3", help="comma-separated lengths; 'auto' allowed")
+    parser.add_argument("--chat", action="store_true", help="chat questions through the chat template")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
@@ -63,9 +68,14 @@ def main() -> int:
         print(f"{args.peer_python} not found: see the set-up command in this script's docstring", file=sys.stderr)
         return 2
     model_path = args.model or str(default_model_path())
-    prompts = json.loads((ROOT / "benchmarks" / "prompts" / "heldout.json").read_text())["prompts"][:8]
     model = Model.load(model_path)
-    configs = [0, *[int(k) for k in args.n_draft.split(",")]]
+    if args.chat:
+        from mtp_llm.bench.common import CHAT_QUESTIONS
+
+        prompts = [model.apply_chat_template([("user", q)]) for q in CHAT_QUESTIONS]
+    else:
+        prompts = json.loads((ROOT / "benchmarks" / "prompts" / "heldout.json").read_text())["prompts"][:8]
+    configs: list[int | str] = [0, *[k if k == "auto" else int(k) for k in args.n_draft.split(",")]]
     sessions = {k: MTP(model, n_draft=k, n_ctx=2048, n_threads=args.threads) for k in configs}
     results: dict[str, list[float]] = {"llama-cpp-python (plain)": []}
     results.update({("mtp_llm plain" if k == 0 else f"mtp_llm MTP n_draft={k}"): [] for k in configs})
@@ -88,12 +98,17 @@ def main() -> int:
     for name, values in results.items():
         med = statistics.median(values)
         lines.append(f"| {name} | {med:.1f} ({min(values):.1f}-{max(values):.1f}) | {med / peer:.3f} |")
-    table = "\n".join(lines)
+    from mtp_llm.bench.common import cpu_name
+
+    header = (f"{Path(model_path).name}, {len(prompts)} {'chat' if args.chat else 'held-out'} prompts x {args.tokens} "
+              f"tokens, greedy, {args.threads} threads, {args.reps} interleaved repetitions; CPU: {cpu_name()}")
+    table = header + "\n\n" + "\n".join(lines)
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "llama_cpp_python.md").write_text(table + "\n")
-    (out / "llama_cpp_python.json").write_text(json.dumps({"model": model_path, "results": results}, indent=2))
+    record = {"model": model_path, "cpu": cpu_name(), "results": results}
+    (out / "llama_cpp_python.json").write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
 

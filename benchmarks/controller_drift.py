@@ -1,6 +1,7 @@
-"""The automatic draft length in issue 32's parallel bench on a simulated drifting machine (tests/helpers/drift_sim.py):
-auto / best fixed length per seed and number of streams, and the means. A controller change is compared by running
-this before and after it (seconds; no timing, so it may run beside anything).
+"""The automatic draft length in the parallel bench (`mtp-llm bench --parallel`) on a simulated drifting
+machine (tests/helpers/drift_sim.py): auto / best fixed length per seed and number of streams, and the means. A
+controller change is compared by running this before and after it (seconds; no timing, so it may run beside
+anything).
 
     python benchmarks/controller_drift.py --seeds 8 [--no-drift] [--acceptance 1.0]
 """

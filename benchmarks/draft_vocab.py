@@ -1,4 +1,4 @@
-"""Trimmed draft vocabularies (docs/draft-vocab.md): the two goals of issue 29, one interleaved run.
+"""Trimmed draft vocabularies (docs/draft-vocab.md): two measurements, one interleaved run.
 
 1. SmolLM2-135M-Instruct (vocab 49,152; ``mtp_llm.smollm2``, its head embedded as
    ``...-mtp-initial.gguf`` or ``--smollm2-head``): draft time per drafted token with N-token heads

@@ -106,7 +106,7 @@ tests_and_benchmarks() {
   bench builtin
   bench synthetic-1B --synthetic 1B --acceptance 0.75
   bench synthetic-3B --synthetic 3B --acceptance 0.75
-  bench parallel-1B --synthetic 1B --acceptance 0.75 --parallel 1,4 --n-draft 2,auto   # issue 16 on the GPU
+  bench parallel-1B --synthetic 1B --acceptance 0.75 --parallel 1,4 --n-draft 2,auto   # parallel streams on the GPU
   for f in "$OUTDIR"/*/bench.md "$OUTDIR"/*/parallel.md; do echo "## $f"; cat "$f"; done | tee "$OUTDIR/tables.md"
 }
 

@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=192)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/grammar_drafts"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
 
     if args.model == "random":

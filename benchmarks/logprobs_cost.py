@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/logprobs_cost.py --out build/logprobs-cost-with.json
 
-Issue 31's goal "no cost when not asked (<= 1%)" compares this build with the same tree without the
+The check that logprobs cost nothing when not asked (<= 1%) compares this build with the same tree without the
 logprobs path (``benchmarks/logprobs_cost/without-logprobs.patch``: the per-token checks, the
 optional field on each token, the binding's branch, the Python ``len`` test); see docs/performance.md
 for the sequence of commands. Each model generates N and 2N greedy tokens at 1 thread (no spinning

@@ -1,7 +1,7 @@
 """Time to first token of a follow-up turn served from the prompt cache against a cold call.
 
-Usage: python benchmarks/prompt_cache.py [THREADS]
-Built-in model, a history of about 1500 tokens: the cold call processes it all; the
+Usage: python benchmarks/prompt_cache.py [THREADS] [MODEL.gguf]
+The built-in model (or MODEL), a history of about 1500 tokens: the cold call processes it all; the
 follow-up re-sends it with the answer and a new line appended (what a chat chain does)
 and processes only what is new. 5 interleaved repetitions, medians.
 """
@@ -11,8 +11,8 @@ import sys
 
 from mtp_llm import MTP, Model
 
-model = Model.load_default()
 threads = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+model = Model.load(sys.argv[2]) if len(sys.argv) > 2 else Model.load_default()
 history = "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. " * 60
 history = model.detokenize(model.tokenize(history)[:1500])
 cold_ms, warm_ms, reused = [], [], []

@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/structured_speed"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     model = Model.load(default_model_path())
     loads = workloads(model, args.max_tokens)

@@ -21,8 +21,8 @@ from fetch_llama_cpp import apply_patch_files  # this script's folder is first o
 
 PATCH_DIR = Path(__file__).resolve().parent.parent / "patches" / "ggml-rpc"
 PATCHES = {  # applied in this order, each checked against its sha256
-    "0001-rpc-client-no-abort.patch": "5ea6081c5159bf89d8564dd5025779c741d97c1f16bd4f9f85ebd952c1db7450",
-    "0002-rpc-client-gives-up.patch": "5910859c409240b963b0b8b120f6bf390a9b6623cc35c404d6230732f839ed68",
+    "0001-rpc-client-no-abort.patch": "840ad1c54ebd182250e53b9c001884cc313debec0eb2e3a810df96a12e1d53e5",
+    "0002-rpc-client-gives-up.patch": "a0010f1e2d5e93e8928bf6ae31f7edb707d8e3ef4bba33c8992bdfe2641b7352",
 }
 FILES = (
     "ggml/include/ggml-rpc.h",

@@ -265,7 +265,11 @@ PYBIND11_MODULE(_core, m) {
                  return to_str(self.apply_chat_template(messages, add_generation_prompt, chat_template));
              }, py::arg("messages"), py::arg("add_generation_prompt") = true, py::arg("chat_template") = "");
 
-    m.def("forward_with_head", [](const mtp::Model & target, const mtp::Model & head, const std::vector<int32_t> & tokens,
+    // Research and test bindings (export checks, head training data, the controllers fed exact times):
+    // mtp_llm._core.internals, no stability promise, not part of the package's API.
+    py::module_ internals = m.def_submodule("internals", "Bindings for tests and tools; not API.");
+
+    internals.def("forward_with_head", [](const mtp::Model & target, const mtp::Model & head, const std::vector<int32_t> & tokens,
                                   int n_threads) {
         mtp::ForwardResult r;
         {
@@ -286,7 +290,7 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("target"), py::arg("head"), py::arg("tokens"), py::arg("n_threads") = 0,
        "Every-position logits and hidden states of the target and the MTP head (export checks).");
 
-    m.def("trunk_hidden_states", [](const mtp::Model & target, const std::vector<std::vector<int32_t>> & sequences,
+    internals.def("trunk_hidden_states", [](const mtp::Model & target, const std::vector<std::vector<int32_t>> & sequences,
                                     int n_threads) {
         std::vector<std::vector<float>> hs;
         {
@@ -304,9 +308,7 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("target"), py::arg("sequences"), py::arg("n_threads") = 0,
        "The trunk's post-norm hidden state of every position of each sequence (head training data).");
 
-    // The adaptive thread count's and the automatic draft length's policies on their own,
-    // for tests that feed them exact times.
-    py::class_<mtp::ThreadController>(m, "ThreadController")
+    py::class_<mtp::ThreadController>(internals, "ThreadController")
         .def(py::init<int32_t, bool, int32_t, int32_t>(), py::arg("n_threads"), py::arg("adaptive") = true,
              py::arg("cores") = 0, py::arg("others_running") = 0)
         .def("set_load_reader", &mtp::ThreadController::set_load_reader, py::arg("others_running"))
@@ -314,7 +316,7 @@ PYBIND11_MODULE(_core, m) {
         .def("observe", &mtp::ThreadController::observe, py::arg("rows"), py::arg("us"))
         .def_property_readonly("current", &mtp::ThreadController::current);
 
-    py::class_<mtp::DraftController>(m, "DraftController")
+    py::class_<mtp::DraftController>(internals, "DraftController")
         .def(py::init<int32_t>(), py::arg("n_max"))
         .def("choose", &mtp::DraftController::choose, py::arg("limit"), py::arg("streams") = 1, py::arg("threads") = 0,
              py::arg("remaining") = -1, py::arg("queued") = -1)

@@ -36,7 +36,7 @@ def forward_with_head(
     the head pairs token i with the trunk's hidden state at i-1 (zeros at i=0), as
     draft-mtp does, so it predicts token i+2."""
     head_model = head or model
-    return _core.forward_with_head(model._native, head_model._native, list(tokens), n_threads or 0)
+    return _core.internals.forward_with_head(model._native, head_model._native, list(tokens), n_threads or 0)
 
 
 def trunk_hidden_states(
@@ -44,7 +44,7 @@ def trunk_hidden_states(
 ) -> list[np.ndarray]:
     """The trunk's post-norm hidden state (what an MTP head consumes) at every position of each
     sequence, ``[len(seq), n_embd]`` float32 each; one prompt pass per sequence, no logits."""
-    return _core.trunk_hidden_states(model._native, [list(s) for s in sequences], n_threads or 0)
+    return _core.internals.trunk_hidden_states(model._native, [list(s) for s in sequences], n_threads or 0)
 
 
 def compare_with_reference(

@@ -2,7 +2,7 @@
 
     .venv/bin/python tools/fuzz_gguf.py --model tests/.models/hybrid.gguf --count 400 --seed 1
 
-Mutants come from :func:`mtp_llm.gguf.fuzz.mutate_gguf` (metadata values and tensor-info
+Mutants come from :func:`tests.helpers.gguf_fuzz.mutate_gguf` (metadata values and tensor-info
 fields set to edge values). Each runs in its own subprocess: load, read the metadata,
 tokenize, open an MTP session and generate four tokens. A process that dies (an assert in
 llama.cpp or ggml aborting, a Python exception that is not an MTPError) is a finding: the
@@ -20,7 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mtp_llm.gguf.fuzz import mutate_gguf, mutate_metadata
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.helpers.gguf_fuzz import mutate_gguf, mutate_metadata  # noqa: E402
 
 ONE = """
 import sys, mtp_llm

@@ -8,8 +8,7 @@
 * :mod:`~mtp_llm.gguf.draft_vocab`: trimmed draft vocabularies (a head scoring N tokens, ``d2t``);
 * :mod:`~mtp_llm.gguf.tiny_models`: the tiny test models, written with the above;
 * :mod:`~mtp_llm.gguf.synthetic`: hy_v3 models of any size and weight format with a chosen MTP
-  acceptance rate, for performance work (``mtp-llm bench --synthetic``);
-* :mod:`~mtp_llm.gguf.fuzz`: structure-aware mutants of a GGUF file for the loading fuzz tests.
+  acceptance rate, for performance work (``mtp-llm bench --synthetic``).
 
 The package imports nothing outside itself, so ``tools/train_default_model/export.py`` loads it
 by path without the compiled core.

@@ -1,5 +1,5 @@
-"""The Shakespeare test model (the built-in default before SmolLM2, kept as a fast hy_v3 test model): size,
-tokenizer, export parity with PyTorch, losslessness, acceptance."""
+"""The Shakespeare test model (tests/models, a fast hy_v3 model with a trained head): size, tokenizer, export
+parity with PyTorch, losslessness, acceptance."""
 
 from __future__ import annotations
 
@@ -9,13 +9,19 @@ from pathlib import Path
 import pytest
 
 from mtp_llm import MTP, Model
-from mtp_llm.default_model import MODELS_DIR, SHAKESPEARE_MODEL_NAME, shakespeare_model_path, shakespeare_split_paths
 from mtp_llm.parity import compare_with_reference
 
 from tests.helpers import THREADS, make_session
+from tests.helpers.shakespeare import (
+    SHAKESPEARE_MODEL,
+    SHAKESPEARE_REFERENCE,
+    SHAKESPEARE_TOKENS,
+    TEST_MODELS_DIR,
+    shakespeare_model_path,
+    shakespeare_split_paths,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = MODELS_DIR / "mtp-llm-default.reference.npz"
 HELD_OUT = json.loads((ROOT / "benchmarks" / "prompts" / "heldout.json").read_text())["prompts"]
 # Export parity: llama.cpp (f16 weights, f16 KV cache) against the float32 PyTorch model.
 PARITY_TOLERANCE = 2e-3
@@ -27,9 +33,8 @@ def default_model() -> Model:
 
 
 def test_default_model_is_shipped_and_small() -> None:
-    shipped = MODELS_DIR / SHAKESPEARE_MODEL_NAME
-    assert shakespeare_model_path() == shipped
-    total = sum(p.stat().st_size for p in MODELS_DIR.iterdir())
+    assert shakespeare_model_path() == SHAKESPEARE_MODEL
+    total = sum(p.stat().st_size for p in TEST_MODELS_DIR.iterdir())
     assert total < 40 * 1024 * 1024
 
 
@@ -40,7 +45,7 @@ def test_default_model_metadata(default_model: Model) -> None:
 
 
 def test_tokenizer_matches_training_tokenizer(default_model: Model) -> None:
-    cases = json.loads((MODELS_DIR / "mtp-llm-default.tokens.json").read_text())["cases"]
+    cases = json.loads(SHAKESPEARE_TOKENS.read_text())["cases"]
     assert len(cases) >= 10
     for case in cases:
         assert default_model.tokenize(case["text"], add_special=False, parse_special=False) == case["ids"], case
@@ -48,13 +53,13 @@ def test_tokenizer_matches_training_tokenizer(default_model: Model) -> None:
 
 
 def test_export_matches_pytorch_embedded() -> None:
-    diffs = compare_with_reference(MODELS_DIR / SHAKESPEARE_MODEL_NAME, REFERENCE, n_threads=THREADS)
+    diffs = compare_with_reference(SHAKESPEARE_MODEL, SHAKESPEARE_REFERENCE, n_threads=THREADS)
     assert all(d < PARITY_TOLERANCE for d in diffs.values()), diffs
 
 
 def test_export_matches_pytorch_trunk_plus_sidecar() -> None:
     trunk, sidecar = shakespeare_split_paths()
-    diffs = compare_with_reference(trunk, REFERENCE, sidecar=sidecar, n_threads=THREADS)
+    diffs = compare_with_reference(trunk, SHAKESPEARE_REFERENCE, sidecar=sidecar, n_threads=THREADS)
     assert all(d < PARITY_TOLERANCE for d in diffs.values()), diffs
 
 

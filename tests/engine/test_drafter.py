@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from mtp_llm import Model
-from mtp_llm.default_model import shakespeare_model_path
 from mtp_llm.events import TokenEvent
 from mtp_llm.gguf.synthetic import synthetic_model
 
 from tests.helpers import make_session
+from tests.helpers.shakespeare import shakespeare_model_path
 
 PROMPTS = ["Hello there, how are", "ROMEO: But soft, what light", "KING LEAR: Blow, winds"]
 

@@ -43,7 +43,7 @@ CASES: dict[str, tuple[str, str, str]] = {
         "MTP(Model.load(paths['random-trunk']), draft_model=Model.load(paths['glm4-nextn']), n_threads=1)",
         "MissingMTPHeadError", "no MTP draft graph"),
     "parity head without MTP graph": (
-        "m = Model.load(paths['glm4-nextn']); mtp_llm._core.forward_with_head(m._native, m._native, [1, 2])",
+        "m = Model.load(paths['glm4-nextn']); mtp_llm._core.internals.forward_with_head(m._native, m._native, [1, 2])",
         "MissingMTPHeadError", "no MTP draft graph"),
     "vocabulary with a repeated token": ("Model.load(paths['repeated-token'])", "ModelLoadError", "same token twice"),
     "block_count out of range": ("Model.load(paths['huge-block-count'])", "ModelLoadError", "block_count"),
@@ -117,7 +117,7 @@ def case_paths(tiny_paths, tmp_path_factory) -> dict[str, str]:
     import dataclasses
 
     from mtp_llm.gguf.common import tiny_vocab
-    from mtp_llm.gguf.fuzz import overwrite_field, overwrite_tensor_type
+    from tests.helpers.gguf_fuzz import overwrite_field, overwrite_tensor_type
     from mtp_llm.gguf.glm4 import write_glm4
     from mtp_llm.gguf.hyv3 import read_hy_v3, write_hy_v3
     from mtp_llm.gguf.qwen35 import Qwen35Config, random_qwen35_tensors, write_qwen35_tensors
@@ -210,7 +210,7 @@ def assert_every_mutant_survives(paths: list[Path]) -> None:
 def test_mutated_gguf_files_never_abort(model_name: str, tiny_paths, tmp_path: Path) -> None:
     """Loading a GGUF is loading untrusted input: structure-aware mutations of a real file
     (150, fixed seed) each load and generate, or raise an MTPError; none takes the process down."""
-    from mtp_llm.gguf.fuzz import mutate_gguf
+    from tests.helpers.gguf_fuzz import mutate_gguf
 
     paths = mutate_gguf(tiny_paths[model_name], tmp_path, count=150, seed=2026)
     assert_every_mutant_survives(paths)
@@ -230,7 +230,7 @@ def test_hybrid_hyperparameters_the_metadata_fuzz_found(tiny_paths, tmp_path, ke
     import gguf
 
     from mtp_llm import Model, ModelLoadError
-    from mtp_llm.gguf.fuzz import overwrite_field
+    from tests.helpers.gguf_fuzz import overwrite_field
 
     src = tiny_paths["hybrid"]
     path = tmp_path / "mutant.gguf"
@@ -255,7 +255,7 @@ def test_metadata_mutants_of_every_mtp_layout_never_abort(model_name: str, tiny_
     sample of each MTP layout: hy_v3, qwen35, the built-in model's llama + trimmed nextn head,
     glm4moe) each load and generate, or raise an MTPError."""
     from mtp_llm.gguf.draft_vocab import trim_embedded_head
-    from mtp_llm.gguf.fuzz import mutate_metadata
+    from tests.helpers.gguf_fuzz import mutate_metadata
 
     if model_name == "llama-mtp-v96":
         src = trim_embedded_head(tiny_paths["llama-mtp"], tmp_path / "llama-mtp-v96.gguf", np.arange(0, 192, 2))
@@ -270,7 +270,7 @@ def test_an_unknown_expert_gating_function_is_a_load_error(value: int, tiny_path
     """llama.cpp's MoE graph builder aborts on a gating function it does not know (found by the
     metadata fuzz on glm4moe): a ModelLoadError naming the key instead."""
     from mtp_llm import Model, ModelLoadError
-    from mtp_llm.gguf.fuzz import overwrite_field
+    from tests.helpers.gguf_fuzz import overwrite_field
 
     path = overwrite_field(tiny_paths["glm4moe"], tmp_path / "mutant.gguf", "glm4moe.expert_gating_func", value)
     with pytest.raises(ModelLoadError, match="expert_gating_func"):

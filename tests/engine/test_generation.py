@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from mtp_llm import MTP, DoneEvent, EogEvent, Model, StatsEvent, TokenEvent
-from mtp_llm.default_model import shakespeare_model_path
 from mtp_llm.gguf.tiny_models import TOKEN_X, TOKEN_Y
 from tests.helpers import make_session
+from tests.helpers.shakespeare import shakespeare_model_path
 
 PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog.", "a", "Once upon a time, in a land far away"]
 

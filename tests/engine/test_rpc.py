@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from mtp_llm import MTP, Model, _core
-from mtp_llm.default_model import shakespeare_model_path
 from mtp_llm.errors import InvalidOptionError, ModelLoadError
 from mtp_llm.options import GenerationOptions
 
 from tests.helpers import THREADS, make_session
+from tests.helpers.shakespeare import shakespeare_model_path
 
 
 START_TIMEOUT = 30.0

@@ -1,5 +1,5 @@
 """Issue 32's parallel bench, simulated on a machine whose speed drifts, driving the real draft-length
-controller (``mtp_llm._core.DraftController``): what a controller change does to auto against the fixed
+controller (``mtp_llm._core.internals.DraftController``): what a controller change does to auto against the fixed
 lengths when round times change by tens of percent over seconds, without the bench's own noise.
 ``benchmarks/controller_drift.py`` prints it per seed; the controller's unit tests assert on it."""
 
@@ -18,7 +18,7 @@ EPYC_ROUND_US = {
 """Round times (us) at 0 to 4 drafts by number of streams: the 128M f16 hy_v3 at 0.75 on the project's AMD EPYC
 (session 22's traces, 2 threads), where the best length is 2-3 for one stream, 1-2 for two and 1 for four."""
 
-Choose = Callable[[_core.DraftController, int], int]
+Choose = Callable[[_core.internals.DraftController, int], int]
 """A round's draft length from the controller and the number of live streams (auto: ``c.choose(4, live, 2)``)."""
 
 
@@ -31,7 +31,7 @@ def bench_in_spells(
     repetition; committed tokens per us by number of streams."""
     rng = random.Random(seed)
     spells = random.Random(seed + 1000)  # the same drift in time whatever runs
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     clock = spell_end = 0.0
     slow = 1.0
     made = {n: 0.0 for n in EPYC_ROUND_US}

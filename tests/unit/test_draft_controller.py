@@ -12,7 +12,7 @@ from tests.helpers.drift_sim import auto_vs_best_fixed
 
 
 def drive(
-    controller: _core.DraftController,
+    controller: _core.internals.DraftController,
     iterations: int,
     cost_us: Any,
     accepted: Any,
@@ -30,7 +30,7 @@ def drive(
 
 
 def test_controller_drafts_the_longest_when_every_draft_pays() -> None:
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     chosen = drive(c, 200, lambda k: 1000 + 150 * k, lambda k, i: k)
     assert chosen[:4] == [0, 0, 0, 0]  # plain decoding is measured first (steady passes only)
     # Then the longest draft, but for a burst of 3 at a neighbouring length every 32 iterations.
@@ -42,7 +42,7 @@ def test_controller_drafts_the_longest_when_every_draft_pays() -> None:
 
 
 def test_controller_stays_plain_when_drafting_never_pays_and_probes_ever_less_often() -> None:
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     # Every draft rejected: an iteration commits one token at a higher cost.
     chosen = drive(c, 3000, lambda k: 1000 + 600 * k, lambda k, i: 0)
     drafting = [i for i, k in enumerate(chosen) if k]
@@ -61,7 +61,7 @@ def test_controller_reaches_the_best_fixed_length_throughput() -> None:
     def run(choose: Any, iterations: int = 4000) -> float:
         rng = random.Random(7)
         tokens = time = 0.0
-        c = _core.DraftController(4)
+        c = _core.internals.DraftController(4)
         for _ in range(iterations):
             k = choose(c)
             n = 0
@@ -80,7 +80,7 @@ def test_controller_reaches_the_best_fixed_length_throughput() -> None:
 
 
 def test_controller_follows_acceptance_changes_both_ways() -> None:
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     high, low = (lambda k, i: k), (lambda k, i: 0)
     cost = lambda k: 1000 + 300 * k  # noqa: E731
     drive(c, 300, cost, high)
@@ -93,7 +93,7 @@ def test_controller_follows_acceptance_changes_both_ways() -> None:
 
 
 def test_controller_respects_the_limit() -> None:
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     drive(c, 100, lambda k: 1000 + 100 * k, lambda k, i: k)
     assert {c.choose(2) for _ in range(10)} <= {0, 1, 2}
     assert c.choose(0) == 0
@@ -101,14 +101,14 @@ def test_controller_respects_the_limit() -> None:
 
 
 def test_controller_ignores_a_preempted_iteration() -> None:
-    c = _core.DraftController(2)
+    c = _core.internals.DraftController(2)
     drive(c, 50, lambda k: 1000 + 100 * k, lambda k, i: k, limit=2)
     c.observe(2, 2, 10_000_000, 200, False)  # the process was descheduled for 10 s
     assert c.estimates().iteration_us[2] < 1000 + 200 + 0.25 * (2 * 1200)
     assert c.choose(2) == 2
 
 
-def drive_streams(c: _core.DraftController, rounds: int, streams: int, cost_us: Any, threads: int = 0) -> list[int]:
+def drive_streams(c: _core.internals.DraftController, rounds: int, streams: int, cost_us: Any, threads: int = 0) -> list[int]:
     """Rounds of `streams` concurrent streams on `threads` threads that accept every draft: each
     stream's drafts are one acceptance observation, the round's time one cost observation."""
     chosen = []
@@ -129,7 +129,7 @@ def test_controller_keeps_costs_per_number_of_streams() -> None:
     def cost(k: int, streams: int) -> float:
         return 1000 + 150 * k if streams == 1 else 1000 + 300 * k + 200 * k * k
 
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     one = drive_streams(c, 200, 1, cost)
     assert one[-100:].count(4) >= 85, one[-100:]
     four = drive_streams(c, 300, 4, cost)
@@ -153,7 +153,7 @@ def test_controller_keeps_costs_per_thread_count() -> None:
     def one(k: int, streams: int) -> float:
         return 2000 + 3000 * k
 
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     assert drive_streams(c, 200, 1, two, threads=2)[-100:].count(4) >= 85
     busy = drive_streams(c, 400, 1, one, threads=1)
     assert busy[-200:].count(0) >= 180, busy[-200:]
@@ -167,7 +167,7 @@ def test_controller_keeps_costs_per_thread_count() -> None:
 def test_controller_prices_the_shape_a_switch_comes_from_apart() -> None:
     """A round after a change of the number of streams rebuilds compute graphs: it is not a
     steady sample of either shape."""
-    c = _core.DraftController(2)
+    c = _core.internals.DraftController(2)
     cost = lambda k, s: 1000 + 100 * k  # noqa: E731
     drive_streams(c, 60, 1, cost)
     before = c.estimates().iteration_us
@@ -193,7 +193,7 @@ def test_controller_on_the_built_in_models_recorded_drafts() -> None:
     import json
     from pathlib import Path
 
-    from mtp_llm.bench.draft_trace import replay
+    from tests.helpers.draft_trace import replay
 
     data = json.loads((Path(__file__).parent / "data" / "smollm2_first_drafts.json").read_text())
     traces = data["first_draft_accepted"]
@@ -218,7 +218,7 @@ def test_controller_on_the_built_in_models_recorded_drafts() -> None:
 def test_a_round_after_a_thread_probe_is_no_cost_sample() -> None:
     """The session skips a thread-count probe round; the round after it (a pool of another size
     wakes) must not be taken as a steady time of its length either."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     drive(c, 100, lambda k: 1000 + 150 * k, lambda k, i: k)
     k = c.choose(4)
     before = c.estimates().iteration_us[k]
@@ -237,7 +237,7 @@ def test_a_new_number_of_streams_starts_from_the_nearest_measured_one() -> None:
     def cost(k: int, streams: int) -> float:
         return 1000 + 300 * k + 200 * k * k if streams >= 3 else 1000 + 150 * k
 
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     drive_streams(c, 200, 2, cost)
     drive_streams(c, 300, 4, cost)
     assert c.estimates().iteration_us[:3] == pytest.approx([1000, 1500, 2400])
@@ -257,7 +257,7 @@ def run_streams(choose: Any, streams: int, costs: list[float], acceptance: float
     import random
 
     rng = random.Random(seed)
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     tokens = time = 0.0
     lengths = [0] * 5
     for r in range(rounds):
@@ -315,7 +315,7 @@ def test_controller_is_not_misled_by_rounds_caught_in_a_stall() -> None:
 
     def run(choose: Any, seed: int, rounds: int = 3000) -> float:
         rng = random.Random(seed)
-        c = _core.DraftController(4)
+        c = _core.internals.DraftController(4)
         tokens = time = 0.0
         for r in range(rounds):
             if r % 24 == 0:
@@ -340,7 +340,7 @@ def test_a_later_position_leans_on_the_one_before() -> None:
     """Session 19: a few rounds that drafted three, all accepted at one easy moment of the text, made
     positions 1-2 look certain (0.9-1.0 where they accept 0.6-0.7) and two streams drafted 3 where 1 and 2
     were faster. A later position's evidence is now weighed against the position before it."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     for i in range(200):  # position 0 accepts 3 in 4
         c.observe_acceptance(1, 1 if i % 4 else 0)
     for _ in range(3):  # three lucky rounds of three drafts
@@ -356,7 +356,7 @@ def test_a_length_measured_in_a_slow_spell_is_measured_again() -> None:
     kept that time while one draft ran for hundreds of rounds, because a try of plain decoding measures two
     steady rounds and the time is the lower median of the latest eight. Samples older than 128 rounds now
     make way for new ones (down to the newest one), so one try measures plain decoding anew."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     c.choose(4, 4)
 
     def rounds(k: int, n: int, us: int) -> None:
@@ -380,7 +380,7 @@ def test_several_streams_probe_with_one_draft() -> None:
     every draft adds a verify row per stream, and longer lengths are tried one above the best as from any start
     (before session 19 the probe ran at 4, the dearest round). A probe's three rounds weigh as much as three
     rounds of evidence from before it, not as one round's worth of observations against its twelve."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     c.choose(4, 4)
     costs = [10000, 25000, 35000, 45000, 55000]  # rates 0.100 / 0.080 / 0.086 / 0.089 / 0.091 per ms
     for k in [1, 2, 3, 4, 0]:
@@ -391,7 +391,7 @@ def test_several_streams_probe_with_one_draft() -> None:
     assert probes and set(probes) == {1}, probes
 
 
-def four_streams(c: _core.DraftController, rounds: int, round_us: Any, acceptance: float = 0.75) -> list[int]:
+def four_streams(c: _core.internals.DraftController, rounds: int, round_us: Any, acceptance: float = 0.75) -> list[int]:
     """Rounds of four streams on 2 threads, each draft accepted with probability `acceptance`; round_us(k, r) is
     round r's time at k drafts. The lengths chosen."""
     import random
@@ -415,7 +415,7 @@ def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> No
     (19 ms where it takes 13), and the best length was 2, whose neighbours 1 and 3 were all that exploring
     measured: two drafts ran the whole session where plain decoding was fastest. A plain time older than the
     sample span is now measured again in place of the step down."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     # Rates at 0.75: plain 0.083, 1: 0.073, 2: 0.077 per ms (session 20's plain took 13 ms, a near tie with 2
     # that drafting wins since session 23).
     costs = [12000, 24000, 30000, 40000, 50000]
@@ -430,7 +430,7 @@ def test_several_streams_drafting_two_also_measure_one_draft_again() -> None:
     two; plain decoding's time went stale between steps down from two, so every step down measured plain
     decoding in its place and one draft was never measured again. Steps down now alternate between plain
     decoding and one draft fewer."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     costs = [16500, 22500, 31500, 43000, 55000]  # rates at 0.75: plain 0.242, 1: 0.311, 2: 0.294 per ms
     # One draft in a slow spell.
     chosen = four_streams(c, 1500, lambda k, r: 30000 if k == 1 and 150 <= r < 250 else costs[k])
@@ -444,7 +444,7 @@ def test_several_streams_compare_lengths_at_one_moment() -> None:
     other length kept its time from before, so by absolute times each looked better in turn: the controller
     ran 4, then 2, then 1 (ten rounds) before it came back. Lengths are now compared by their costs relative to
     one another, measured a round apart, so a slowdown of all of them changes nothing."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     costs = [13500, 22500, 32000, 34000, 53000]  # forced: rates 0.074, 0.089, 0.094, 0.118, 0.094 per ms
     chosen = four_streams(c, 700, lambda k, r: costs[k] * (1.45 if r >= 600 else 1.0), acceptance=1.0)
     assert chosen[590:600] == [3] * 10
@@ -457,11 +457,11 @@ def test_several_streams_break_a_near_tie_with_plain_decoding_by_drafting() -> N
     catch-up of the plain stretch, so a plain choice made early stood for whole runs; plain decoding costs three
     plain rounds to measure again from drafting. A tie within 4% now goes to drafting (with several streams)."""
     tied = [13000, 22300, 32000, 43000, 55000]  # rates at 0.75: plain 0.0769, 1: 0.0785 x 0.96 = 0.0754 per ms
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     chosen = four_streams(c, 800, lambda k, r: tied[k])
     assert chosen[-300:].count(1) >= 250, chosen[-300:]
     clear = [12000] + tied[1:]  # plain 0.083: 9% ahead
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     chosen = four_streams(c, 800, lambda k, r: clear[k])
     assert chosen[-300:].count(0) >= 280, chosen[-300:]
 
@@ -471,7 +471,7 @@ def test_several_streams_try_neighbours_within_ten_percent_ever_less_often() -> 
     close (within 10%), so each was tried every 32 drafting rounds: three rounds at a worse length and two
     switches, 2-3% of the session's time. With several streams, a neighbour more than 5% behind backs off."""
     costs = [14000, 22500, 32500, 43000, 55000]  # rates at 0.75: plain 0.071, 1: 0.079, 2: 0.073 per ms
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     chosen = four_streams(c, 2000, lambda k, r: costs[k])
     assert chosen[-1000:].count(1) >= 980, [k for k in chosen[-1000:] if k != 1]
 
@@ -494,7 +494,7 @@ def test_a_plain_stretch_near_the_calls_end_stays_plain() -> None:
     streams at 0.75 were plain for 90 rounds; when the first call ended the other three drafted their last
     few tokens and paid that catch-up (60-130 ms of a 1.4 s batch). Drafting now waits while the calls have
     fewer tokens left than a quarter of the queued rows; once drafting, the rule has nothing to say."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     for _ in range(4):  # plain decoding measured: every draft would be accepted and costs little
         assert c.choose(4, 4, 2, 400, 0) == 0
         c.observe_cost(0, 4, 10000, 0, False, 2)
@@ -512,7 +512,7 @@ def test_a_round_with_a_caller_waiting_to_join_is_plain_and_keeps_the_burst() ->
     delayed the last one, whose end is the batch's. The session passes limit -1 while a caller waits in
     begin() (when that happens depends on the threads, so the session's side is seen in traces, why
     "joining"): that round is plain, and a burst under way resumes after it."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     for _ in range(4):
         c.choose(4, 2)
         c.observe_cost(0, 2, 10000, 0, False)
@@ -526,7 +526,7 @@ def test_each_number_of_streams_probes_on_its_own_interval() -> None:
     probes to hundreds of rounds, and a batch of two streams that followed, where drafting paid, decoded
     plainly from start to end. Each number of streams now keeps its own interval: the two streams probe
     within their first rounds and draft."""
-    c = _core.DraftController(4)
+    c = _core.internals.DraftController(4)
     for _ in range(1500):  # four streams: every draft rejected
         k = c.choose(4, 4)
         for _ in range(4):

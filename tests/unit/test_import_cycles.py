@@ -77,7 +77,7 @@ def test_the_graph_sees_the_imports() -> None:
     graph = import_graph()
     assert "mtp_llm.session" in graph["mtp_llm.langchain"]
     assert "mtp_llm.bench.common" in graph["mtp_llm.bench.parallel"]  # relative, inside a function
-    assert "mtp_llm.gguf.hyv3" in graph["mtp_llm.default_model"]
+    assert "mtp_llm.smollm2" in graph["mtp_llm.default_model"]  # relative, inside a function
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
 
 

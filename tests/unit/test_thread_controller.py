@@ -16,7 +16,7 @@ import pytest
 from mtp_llm import _core
 
 
-def drive(c: _core.ThreadController, decodes: int, us_of: Callable[[int], float], rows: int = 2) -> list[int]:
+def drive(c: _core.internals.ThreadController, decodes: int, us_of: Callable[[int], float], rows: int = 2) -> list[int]:
     """Decodes of `rows` rows that take us_of(threads) each; the thread counts used."""
     used = []
     for _ in range(decodes):
@@ -31,7 +31,7 @@ BUSY = {4: 9000.0, 3: 1400.0, 2: 2000.0, 1: 3800.0}.__getitem__  # one busy proc
 
 
 def test_a_quiet_machine_keeps_every_thread_and_probes_ever_less_often() -> None:
-    c = _core.ThreadController(4)
+    c = _core.internals.ThreadController(4)
     used = drive(c, 5000, QUIET)
     assert c.current == 4
     others = [i for i, n in enumerate(used) if n != 4]
@@ -40,7 +40,7 @@ def test_a_quiet_machine_keeps_every_thread_and_probes_ever_less_often() -> None
 
 
 def test_a_busy_machine_moves_to_fewer_threads_at_once_and_back_when_it_is_quiet_again() -> None:
-    c = _core.ThreadController(4)
+    c = _core.internals.ThreadController(4)
     used = drive(c, 40, BUSY)
     assert used[:3] == [4] * 3 and used[3] == 3 and c.current == 3, used  # the first probe: the 4th decode
     busy = drive(c, 2000, BUSY)
@@ -55,7 +55,7 @@ def test_a_machine_busy_from_the_start_begins_with_the_threads_that_fit() -> Non
     under KVM): the first prompt and decodes must not run on every thread, and a probe of all of them
     that finds them far slower must not come back soon."""
     busy = {2: 300_000.0, 1: 9000.0}.__getitem__
-    c = _core.ThreadController(2, cores=2, others_running=1)
+    c = _core.internals.ThreadController(2, cores=2, others_running=1)
     assert c.current == 1
     used = drive(c, 600, busy)
     assert used.count(2) <= 2, [i for i, n in enumerate(used) if n == 2]  # each a probe of one decode
@@ -63,20 +63,20 @@ def test_a_machine_busy_from_the_start_begins_with_the_threads_that_fit() -> Non
     again = drive(c, 600, quiet)
     assert c.current == 2 and again[-50:].count(2) >= 47, again  # quiet again: every thread (but a probe)
     # Where the load can be read, a probe of more threads waits until they fit beside it.
-    c = _core.ThreadController(2, cores=2, others_running=1)
+    c = _core.internals.ThreadController(2, cores=2, others_running=1)
     load = [1]
     c.set_load_reader(lambda: load[0])
     assert drive(c, 600, busy) == [1] * 600
     load[0] = 0
     assert drive(c, 100, quiet)[-50:].count(2) >= 47 and c.current == 2
-    assert _core.ThreadController(2, cores=2, others_running=0).current == 2
-    assert _core.ThreadController(4, cores=8, others_running=3).current == 4  # room beside them
-    assert _core.ThreadController(4, cores=4, others_running=2).current == 2
-    assert _core.ThreadController(2, adaptive=False, cores=2, others_running=1).current == 2
+    assert _core.internals.ThreadController(2, cores=2, others_running=0).current == 2
+    assert _core.internals.ThreadController(4, cores=8, others_running=3).current == 4  # room beside them
+    assert _core.internals.ThreadController(4, cores=4, others_running=2).current == 2
+    assert _core.internals.ThreadController(2, adaptive=False, cores=2, others_running=1).current == 2
 
 
 def test_a_machine_that_turns_busy_is_noticed_within_a_few_decodes() -> None:
-    c = _core.ThreadController(4)
+    c = _core.internals.ThreadController(4)
     drive(c, 3000, QUIET)  # the interval between probes has grown to its longest
     assert c.current == 4
     drive(c, 12, BUSY)  # four decodes 1.5x slower than usual start a probe now
@@ -84,12 +84,12 @@ def test_a_machine_that_turns_busy_is_noticed_within_a_few_decodes() -> None:
 
 
 def test_one_thread_has_nothing_to_choose() -> None:
-    c = _core.ThreadController(1)
+    c = _core.internals.ThreadController(1)
     assert drive(c, 100, QUIET) == [1] * 100
 
 
 def test_a_session_without_adaptive_threads_keeps_its_count() -> None:
-    c = _core.ThreadController(4, adaptive=False)
+    c = _core.internals.ThreadController(4, adaptive=False)
     assert drive(c, 100, BUSY) == [4] * 100 and c.current == 4
 
 
@@ -111,7 +111,7 @@ BUSY_MEASURED = {
 
 @pytest.mark.parametrize("seed", range(20))
 def test_a_quiet_session_that_turns_busy_moves_to_one_thread_under_noisy_times(seed: int) -> None:
-    c = _core.ThreadController(2)
+    c = _core.internals.ThreadController(2)
     quiet = drive(c, 3000, noisy(QUIET_MEASURED, seed), rows=1)
     assert quiet.count(1) <= 12 and c.current == 2  # the interval between probes has grown to 2048
     busy = drive(c, 400, noisy(BUSY_MEASURED, seed), rows=1)

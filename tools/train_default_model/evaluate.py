@@ -1,6 +1,6 @@
 """Estimate MTP acceptance of the trained model in PyTorch (greedy decoding, held-out prompts).
 
-Runs the model as shipped (matrices rounded to f16, fp32 math). For each prompt the trunk
+Runs the model as exported (matrices rounded to f16, fp32 math). For each prompt the trunk
 generates a greedy continuation; then llama.cpp's draft-mtp loop is simulated on it: with
 id_last at position p0 the head drafts step 1 from (id_last, h[p0-1]), step k > 1 from
 (draft k-1, head output of step k-1), the target accepts the longest matching prefix and

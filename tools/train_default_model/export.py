@@ -1,6 +1,6 @@
 """Export the trained checkpoint to GGUF (hy_v3 with an embedded MTP head) plus test data.
 
-Writes into --out-dir (default: mtp_llm/models/ of this repo):
+Writes into --out-dir (default: tests/models/ of this repo, where the tests load it from):
   mtp-llm-default.gguf                  trunk + MTP head, matrices f16, norms f32
   mtp-llm-default.tokens.json           test strings with the token ids of the trained tokenizer
   mtp-llm-default.reference.npz         PyTorch outputs on fixed inputs for the parity test
@@ -105,7 +105,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
     ap.add_argument("--ckpt", type=Path, default=None)
-    ap.add_argument("--out-dir", type=Path, default=REPO / "mtp_llm" / "models")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "tests" / "models")
     ap.add_argument("--file-type", choices=["f16", "f32"], default="f16")
     ap.add_argument("--n-ctx-train", type=int, default=2048)
     ap.add_argument("--split", action="store_true", help="also write the trunk-only file and mtp- sidecar")

@@ -1,4 +1,4 @@
-"""Train the default mtp_llm model: a small hy_v3 trunk plus its MTP head, jointly.
+"""Train the Shakespeare test model (mtp-llm-default.gguf): a small hy_v3 trunk plus its MTP head, jointly.
 
 loss = CE(trunk) + sum_s w_s * CE(MTP draft step s), s = 1..--mtp-steps, where step 1
 is the head fed the trunk's hidden state and step s > 1 is the head fed its own previous

@@ -1,4 +1,4 @@
-"""Where does the head miss? Step-1 accuracy split by the trunk's own confidence and by answer position (session 17).
+"""Where does the head miss? Step-1 accuracy split by the trunk's own confidence and by answer position.
 
 For every answer row i of the chosen sequences (row i pairs x_i with h_{i-1} and drafts x_{i+1}, teacher forced,
 as ``val.py``), the head's step-1 draft (argmax over the ``--draft-ids``, as the shipped trimmed head drafts) is
@@ -10,12 +10,12 @@ Targets: ``data`` = the answer's next token (the engine's acceptance: the held-o
 own greedy tokens) and ``trunk`` = the trunk's argmax from the stored state (train.py ``--hard trunk``; for answers
 of the Q8_0 copy). Prints one JSON object.
 
-    .venv/bin/python tools/train_smollm2_head/diagnose.py --ckpt build/smollm2_head/ckpt-s16.pt \\
+    .venv/bin/python tools/train_smollm2_head/diagnose.py --ckpt build/smollm2_head/ckpt.pt \\
         --draft-ids build/smollm2_head/draft-ids-8192.npy                       # held-out (val.py's 60 sequences)
     .venv/bin/python tools/train_smollm2_head/diagnose.py --ckpt ... --draft-ids ... \\
         --shards build/smollm2_head/hidden/shard-00235.npz --limit 60          # training sequences
 
-Session 18: ``--alt-shards FILE...`` = the states of the same lines from another trunk (the shards of ``--shards``
+``--alt-shards FILE...`` = the states of the same lines from another trunk (the shards of ``--shards``
 from the Q4_1 source, ``--alt-shards`` the Q8_0 copy's of the same lines, e.g. ``hidden-q41/`` vs ``hidden/``). Adds
 ``alt``: how often the two trunks' argmax differ (full vocabulary, and over the draft ids as train.py ``--hard
 trunk --draft-ids`` takes it), overall and by the primary trunk's p1 bin, and the head's step-1 accuracy (trimmed)
@@ -44,7 +44,7 @@ POS = ((0, 16), (16, 64), (64, 10**9))
 
 def rows_of(head: Head, E: torch.Tensor, seqs, ids: torch.Tensor, alt=None) -> dict[str, np.ndarray]:
     """Per answer row: trunk top-1 prob, trunk argmax, data target, head trimmed/full drafts, answer position.
-    ``alt`` (session 18): the same sequences' states from another trunk (list of arrays): adds that trunk's
+    ``alt``: the same sequences' states from another trunk (list of arrays): adds that trunk's
     argmax (full / over ``ids``), its p1, the primary trunk's argmax over ``ids`` and the head's trimmed draft
     when fed the alt states."""
     keys = ["p1", "trunk", "data", "head_t", "head_f", "pos", "seq"]
@@ -163,11 +163,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shards", type=Path, nargs="*", default=None,
                     help="these shard files (default: WORK/hidden-heldout/, val.py's sequences)")
     ap.add_argument("--alt-shards", type=Path, nargs="*", default=None,
-                    help="the same lines' states from another trunk, one file per --shards file (session 18)")
+                    help="the same lines' states from another trunk, one file per --shards file")
     ap.add_argument("--limit", type=int, default=60, help="sequences (the first LIMIT)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hidden-dir", type=Path, default=None,
-                    help="without --shards: this directory's shards instead of WORK/hidden-heldout/ (session 19; a fused "
+                    help="without --shards: this directory's shards instead of WORK/hidden-heldout/ (a fused "
                          "head, train.py --fuse, reads its trunk layers from them)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

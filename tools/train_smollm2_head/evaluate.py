@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> None:
         path = trimmed
     model = Model.load(path, load_mtp=True)
     prompts = [model.apply_chat_template([("user", p)]) for p in heldout_prompts(args.prompts)]
-    # flash attention on: with it off, greedy MTP on this model still parts from plain decoding on some answers
-    # once drafts are accepted (15 of 20 identical with the session-9 head; docs/smollm2.md)
+    # flash attention on: with it off, a multi-row verify pass rounds attention differently from a one-row pass,
+    # so greedy MTP on this quantized model can part from plain decoding once drafts are accepted
     plain = MTP(model, draft_model=None, n_draft=0, n_threads=args.threads, flash_attn=True)
     ref = [ids(plain, p, args.max_tokens) for p in prompts]
     plain.close()

@@ -7,7 +7,7 @@ on a held-out sequence: max |logit difference|, argmax agreement).
 
     .venv/bin/python tools/train_smollm2_head/export.py --out mtp_llm/models/smollm2-135m-mtp-head.gguf
 
-``--draft-ids FILE`` (session 12) writes the file as the package ships it: with the trimmed draft vocabulary as
+``--draft-ids FILE`` writes the file as the package ships it: with the trimmed draft vocabulary as
 ``d2t`` (``mtp_llm.smollm2.write_head(..., draft_ids=)``), and the check compares the logits of those ids only.
 """
 
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
 
     source = source_path()
     ck = torch.load(args.ckpt or args.work_dir / "ckpt.pt", map_location="cpu", weights_only=False)
-    head = Head.from_state(ck["head"])  # shaped as the checkpoint (session 17; only n_ff 1536 converts today)
+    # shaped as the checkpoint; only n_ff 1536 converts (smollm2.convert keeps the trunk's n_ff)
+    head = Head.from_state(ck["head"])
     qtype = gguf.GGMLQuantizationType[args.type.upper()]
     stored = {}
     for name, arr in head.tensors().items():

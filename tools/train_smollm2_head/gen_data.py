@@ -7,7 +7,7 @@ indices already there (resumable: kill it at any time).
 
     nice -n 19 .venv/bin/python tools/train_smollm2_head/gen_data.py --limit 3000
 
-Session 16: ``--first K`` answers the prompts from index K on first (then the earlier unanswered ones).
+``--first K`` answers the prompts from index K on first (then the earlier unanswered ones).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="K/N: answer only prompts i with i %% N == K (N processes of 1 thread each share the "
                          "file: on a shared machine, ggml's threads of one process stall each other less)")
     ap.add_argument("--first", type=int, default=0,
-                    help="answer the prompts from index FIRST on before the earlier ones (session 16: the third "
-                         "block, 9480.., before the rest of TEMPLATES_TRAIN_2)")
+                    help="answer the prompts from index FIRST on before the earlier ones (e.g. 9480: the third "
+                         "prompt block before the rest of TEMPLATES_TRAIN_2)")
     args = ap.parse_args(argv)
     part, parts = (int(v) for v in args.part.split("/"))
 

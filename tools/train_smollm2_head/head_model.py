@@ -14,7 +14,7 @@ pairs), so they are written back as they are trained. Draft step s > 1 pairs x_i
 head's own g^{s-1}_{i-1} and attends the head KV that llama.cpp's draft context holds then
 (``step_mask``, as in tools/train_default_model/model.py).
 
-Session 19 (an experiment, not in patch 0005): ``Head(..., fuse=n)`` / ``Head.fused(n)`` gives step 1 more of the
+An experiment, not in patch 0005: ``Head(..., fuse=n)`` / ``Head.fused(n)`` gives step 1 more of the
 trunk's state, EAGLE-3 style: the h it receives becomes
 
     h' = h + W @ concat(rms(l_1), .., rms(l_n))     # l_k = intermediate layers' residual-stream outputs (no weight)
@@ -93,9 +93,9 @@ class Head(nn.Module):
     FUSE = "nextn.fuse_fc.weight"
 
     def __init__(self, init: dict[str, np.ndarray], n_ff: int | None = None, fuse: int | None = None):
-        """``n_ff`` (session 17): the FFN width; default: what ``init`` holds (``N_FF`` for the shipped head).
-        ``fuse`` (session 19): number of intermediate trunk layers fused into step 1's h; default: what ``init``
-        holds (0 for every head before session 19); a new W starts at zero."""
+        """``n_ff``: the FFN width; default: what ``init`` holds (``N_FF`` for the shipped head).
+        ``fuse``: number of intermediate trunk layers fused into step 1's h; default: what ``init``
+        holds (0 for the shipped head); a new W starts at zero."""
         super().__init__()
         if n_ff is None:
             n_ff = int(np.asarray(init["ffn_gate.weight"]).size) // N_EMBD
@@ -115,14 +115,14 @@ class Head(nn.Module):
 
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor]) -> "Head":
-        """A head shaped as a checkpoint's ``state_dict`` (any ``n_ff``), holding its weights (session 17)."""
+        """A head shaped as a checkpoint's ``state_dict`` (any ``n_ff``), holding its weights."""
         init = {k.split(".", 1)[1].replace("__", "."): v.detach().float().cpu().numpy() for k, v in state.items()}
         head = cls(init)
         head.load_state_dict(state)
         return head
 
     def widened(self, n_ff: int, seed: int = 0, scale: float = 1.0) -> "Head":
-        """A copy with ``n_ff`` FFN units that computes exactly what this head computes (session 17): the old
+        """A copy with ``n_ff`` FFN units that computes exactly what this head computes: the old
         gate/up rows and down columns copied, new gate/up rows random (``scale`` x the std of the old rows),
         new down columns zero."""
         old = self.tensors()
@@ -138,7 +138,7 @@ class Head(nn.Module):
         return Head(new, n_ff)
 
     def fused(self, n: int) -> "Head":
-        """A copy that also takes ``n`` intermediate trunk layers at step 1, W = 0: the same function (session 19)."""
+        """A copy that also takes ``n`` intermediate trunk layers at step 1, W = 0: the same function."""
         assert self.fuse == 0
         return Head(self.tensors(), self.n_ff, fuse=n)
 
@@ -178,7 +178,7 @@ class Head(nn.Module):
     def steps(self, emb: torch.Tensor, h: torch.Tensor, n_steps: int,
               extra: torch.Tensor | None = None) -> list[torch.Tensor]:
         """g^s [B, T, E] for draft steps s = 1..n_steps. ``emb`` = token_embd[x] [B, T, E],
-        ``h`` = trunk hidden [B, T, E] (row i of the head uses h[i-1]); ``extra`` [B, T, n, E] (session 19, a head
+        ``h`` = trunk hidden [B, T, E] (row i of the head uses h[i-1]); ``extra`` [B, T, n, E] (a head
         with ``fuse`` = n): those positions' intermediate-layer states, fused into step 1's h."""
         b, t, _ = emb.shape
         cos, sin = rope_tables(t)

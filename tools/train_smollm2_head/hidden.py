@@ -3,25 +3,25 @@
 For each line of ``WORK/gen.jsonl`` this computes the post-final-norm hidden state of every
 position, the state llama's graph hands the MTP head (``t_h_nextn`` in patch 0005). ``--backend
 llama`` takes it from llama.cpp itself (the source model through
-``mtp_llm.parity.trunk_hidden_states``: exact, one prompt pass per sequence); ``--backend torch`` (default) from trunk.py's fp32 twin on the dequantized weights, which
+``mtp_llm.parity.trunk_hidden_states``: exact, one prompt pass per sequence); ``--backend torch`` (default) from
+trunk.py's fp32 twin on the dequantized weights, which
 differs from llama.cpp's Q4_1/Q8_1 arithmetic by ~3.5% (relative) and gives the same argmax at
 ~0.98 of positions, about the noise between llama.cpp's own flash-attention settings. Writes shards
 ``WORK/hidden/shard-NNNNN.npz`` (tokens, n_prompt, offsets, hidden as float16) of ``--shard``
 sequences each; a rerun continues after the last complete shard (resumable). With ``--follow``
 it waits for gen_data.py to append more lines.
 
-Session 15: ``--shard-ids SPEC`` computes only these shards, in this order (``A:B[:STEP]`` ranges, comma
-separated; shard K = lines K*shard .. K*shard+shard-1, file ``shard-K.npz``), skipping those that exist, e.g.
-``113:171,0:113:4,2:113:4`` = the newer-template lines 5650.. first, then every 4th older shard. Every shard now
-also stores ``first_line`` (its first gen.jsonl line), which train.py uses for ``--upweight`` when shards are missing.
+``--shard-ids SPEC`` computes only these shards, in this order (``A:B[:STEP]`` ranges, comma separated; shard K =
+lines K*shard .. K*shard+shard-1, file ``shard-K.npz``), skipping those that exist, e.g. ``113:171,0:113:4`` = lines
+5650.. first, then every 4th older shard. Every shard stores ``first_line`` (its first gen.jsonl line), which
+train.py uses for ``--upweight`` when shards are missing. Do not mix a ``--shard-ids`` run with a plain resumable
+run in one directory: the plain one counts files to find where to continue.
 
-Session 18: ``--out-dir DIR`` writes the shards there instead of ``WORK/hidden/`` (e.g. the Q4_1 source's states of
-lines whose ``hidden/`` shards hold the Q8_0 copy's, ``WORK/hidden-q41/``), same names, same resumability.
-
-Session 19: ``--layers 9,19`` (``--backend torch`` only) also stores those layers' residual-stream outputs (0-based
-layer index, llama.cpp's ``l_out-IL``: before output_norm) as ``layers`` [tokens, n_layers, 576] float16 and their
-indices as ``layer_ids`` in each shard (for a head that fuses intermediate trunk states, ``head_model.Head(fuse=...)``).
-Use it with ``--out-dir``: the shards are larger, and train.py/val.py read ``layers`` only when asked (``--fuse``).
+``--out-dir DIR`` writes the shards there instead of ``WORK/hidden/`` (e.g. another trunk's states of the same lines),
+same names, same resumability. ``--layers 9,19`` (``--backend torch`` only, for train.py's experimental ``--fuse``)
+also stores those layers' residual-stream outputs (0-based layer index, llama.cpp's ``l_out-IL``: before
+output_norm) as ``layers`` [tokens, n_layers, 576] float16 and their indices as ``layer_ids`` in each shard; use it
+with ``--out-dir``: the shards are larger, and train.py/val.py read ``layers`` only when asked.
 
     nice -n 19 .venv/bin/python tools/train_smollm2_head/hidden.py --follow
 """
@@ -61,7 +61,7 @@ def write_shard(path: Path, chunk: list[dict], hidden_of, first_line: int) -> in
         offsets.append(len(tokens))
         n_prompt.append(r["n_prompt"])
     extra = {}
-    if hidden and isinstance(hidden[0], tuple):  # --layers (session 19): (h, layers [T, L, E], layer ids)
+    if hidden and isinstance(hidden[0], tuple):  # --layers: (h, layers [T, L, E], layer ids)
         extra = {"layers": np.concatenate([lay for _, lay, _ in hidden]),
                  "layer_ids": np.array(hidden[0][2], np.int32)}
         hidden = [h for h, _, _ in hidden]
@@ -90,10 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shard-ids", type=str, default="",
                     help="only these shards, in this order: comma-separated A:B[:STEP] ranges of shard numbers")
     ap.add_argument("--out-dir", type=Path, default=None,
-                    help="write the shards here instead of WORK/hidden/ (or hidden-heldout/) (session 18)")
+                    help="write the shards here instead of WORK/hidden/ (or hidden-heldout/)")
     ap.add_argument("--layers", type=str, default="",
-                    help="torch backend: also store these layers' residual-stream outputs (0-based, comma separated; "
-                         "session 19)")
+                    help="torch backend: also store these layers' residual-stream outputs (0-based, comma separated)")
     args = ap.parse_args(argv)
     layer_ids = [int(v) for v in args.layers.split(",")] if args.layers else []
     if layer_ids and args.backend != "torch":

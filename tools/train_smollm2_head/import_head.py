@@ -3,11 +3,11 @@
 Dequantizes the head tensors of a head file (``mtp_llm.smollm2.read_head``: Q8_0 matrices, f32 norms)
 into ``{"head": Head.state_dict(), "step": 0, ...}``; with ``--draft-ids-out`` also saves the file's
 trimmed draft vocabulary (its ``d2t``, ``mtp_llm.smollm2.read_draft_ids``) as the int64 .npy that
-train.py / val.py / evaluate.py ``--draft-ids`` take. Session 12 used it to continue from the shipped s11
-head when ``ckpt-s11.pt`` was gone (a fresh machine).
+train.py / val.py / evaluate.py ``--draft-ids`` take. So training can continue from the shipped head on a machine
+without its checkpoint; exporting the imported checkpoint with ``--draft-ids`` gives the shipped file byte for byte.
 
     .venv/bin/python tools/train_smollm2_head/import_head.py --head mtp_llm/models/smollm2-135m-mtp-head.gguf \\
-        --out build/smollm2_head/ckpt-s11-imported.pt --draft-ids-out build/smollm2_head/draft-ids-8192.npy
+        --out build/smollm2_head/ckpt-shipped.pt --draft-ids-out build/smollm2_head/draft-ids-8192.npy
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ TEMPLATES_TRAIN = [
     "What are the main ideas behind {s}?",
 ]
 
-# Session 13: more train templates (none a paraphrase of a held-out one). Their prompts come after the first
+# A second block of train templates (none a paraphrase of a held-out one). Their prompts come after the first
 # 5,688 in ``train_prompts()``, shuffled apart, so the indices of gen.jsonl's earlier answers stay valid.
 TEMPLATES_TRAIN_2 = [
     "Write a short blog post introduction about {s}.",
@@ -114,8 +114,8 @@ def _subjects(heldout: bool) -> list[str]:
 
 
 def train_prompts(seed: int = 0) -> list[str]:
-    """Every train template x every train subject, shuffled with ``seed`` (5,688), then every session-13
-    template (``TEMPLATES_TRAIN_2``) x every train subject, shuffled apart (3,792; 9,480 in all), then session 16's
+    """Every train template x every train subject, shuffled with ``seed`` (5,688), then every template
+    of the second block (``TEMPLATES_TRAIN_2``) x every train subject, shuffled apart (3,792; 9,480 in all), then
     ``third_block`` (shuffled apart again)."""
     prompts = [t.format(s=s) for s in _subjects(False) for t in TEMPLATES_TRAIN]
     random.Random(seed).shuffle(prompts)
@@ -123,10 +123,10 @@ def train_prompts(seed: int = 0) -> list[str]:
     random.Random(seed + 13).shuffle(more)
     return prompts + more + third_block(seed)
 
-# Session 16: a third block, different in kind (not only "{s}" templates): coding, arithmetic and word problems,
+# A third block, different in kind (not only "{s}" templates): coding, arithmetic and word problems,
 # rewriting / summarising a given sentence, classification, advice, comparisons, multi-sentence instructions,
 # role-play, short factual questions, plus 22 more templates over new train-only subjects (SUBJECTS_3; SUBJECTS
-# is untouched, so the held-out split stays as it was). No prompt names a held-out subject (filtered) and no
+# is untouched, so the held-out split is the same). No prompt names a held-out subject (filtered) and no
 # template paraphrases a held-out one. These prompts come after the first 9,480 in ``train_prompts()``, shuffled
 # apart (seed + 16), so every earlier index stays valid.
 TEMPLATES_TRAIN_3 = [
@@ -417,7 +417,7 @@ def _block3_standalone(rng: random.Random) -> list[str]:
 
 
 def third_block(seed: int = 0) -> list[str]:
-    """Session 16's train prompts: ``TEMPLATES_TRAIN_3`` x ``SUBJECTS_3`` and the standalone kinds, each shuffled
+    """The third block of train prompts: ``TEMPLATES_TRAIN_3`` x ``SUBJECTS_3`` and the standalone kinds, each shuffled
     (seeded), then alternated; none names a held-out subject."""
     import re
 

@@ -23,7 +23,7 @@ from gen_data import DEFAULT_WORK  # noqa: E402
 
 
 def q8_0_copy(source: Path, out: Path, to: str = "q8_0") -> Path:
-    """``to``: q8_0 (default), f16 or bf16 (session 12: hidden-state speed probe)."""
+    """``to``: q8_0 (default), f16 or bf16 (a hidden-state speed probe: they run as fast as Q8_0)."""
     import gguf
 
     from mtp_llm.gguf.common import written_atomically

@@ -1,56 +1,34 @@
 """Train the MTP head by self-distillation: trunk frozen, targets = the model's own greedy tokens.
 
-Reads the shards of hidden.py (tokens + llama.cpp's trunk hidden states), starts from the initial
-head (``mtp_llm.smollm2.initial_head``: the trunk's last block, dequantized), and trains the head
-on the answer positions with teacher forcing for ``len(--step-weights)`` draft steps (step s > 1 feeds the
-head its own previous output, as llama.cpp's draft-mtp does; loss weights ``--step-weights``).
-The LM head is the trunk's token_embd (Q8_0, dequantized, frozen). Targets: the generated token
-(hard) mixed with the trunk's own distribution of it (``--soft``: its logits at the previous position,
-from the same hidden states). The softmax runs over the data's tokens (``--vocab data``). bf16 autocast, fp32 master
-weights, AdamW, warmup + cosine. Checkpoints ``WORK/ckpt.pt`` every ``--ckpt-every`` steps and at
-the end; a rerun resumes from it (same command). Log: ``WORK/train.log``.
+Reads the shards of hidden.py (tokens + the trunk's post-norm hidden states), starts from the initial head
+(``mtp_llm.smollm2.initial_head``: the trunk's last block, dequantized) or from ``--init CKPT``, and trains the head
+on the answer positions with teacher forcing for ``len(--step-weights)`` draft steps (step s > 1 feeds the head its
+own previous output, as llama.cpp's draft-mtp does; loss weights ``--step-weights``). The LM head is the trunk's
+token_embd (Q8_0, dequantized, frozen). Targets: the generated token or the trunk's argmax (``--hard``) mixed with
+the trunk's own distribution of it (``--soft``: its logits at the previous position, from the same hidden states).
+The softmax runs over the data's tokens (``--vocab data``) or exactly the ids of ``--draft-ids`` (int64 .npy, the
+trimmed draft vocabulary the built-in model ships; rows whose target is outside them are dropped, and validation
+also reports the acceptance with the argmax over those ids: "trimmed"). bf16 autocast (``--fp32``: none), fp32
+master weights, AdamW, warmup + cosine. Checkpoints ``WORK/ckpt[-NAME].pt`` every ``--ckpt-every`` steps and at the
+end; a rerun resumes from it (same command). Log: ``WORK/train[-NAME].log``.
 
-Session 10 additions (continuing a trained head on more data within a fixed wall-clock budget):
+Options for continuing a trained head:
 ``--run NAME`` keeps a run's files apart (``WORK/ckpt-NAME.pt``, ``train-NAME.log``, ``val-NAME.json``);
 ``--init CKPT`` starts a fresh run (new optimizer and schedule) from another run's head weights;
-``--time-budget S`` drives warmup + cosine by elapsed training seconds as well as by steps (whichever is
-further), so the schedule ends on time on a shared, noisy machine; ``--upweight START:W`` samples the
-sequences from index START on W times as often (answers not yet trained on); ``--weight-decay``;
-``--val-draft`` drafts this many steps in the engine-like validation whatever ``--step-weights`` trains.
+``--time-budget S`` drives warmup + cosine by elapsed training seconds as well as by steps (whichever is further),
+so the schedule ends on time on a shared, noisy machine; ``--upweight START:W`` samples the sequences from gen.jsonl
+line START on W times as often (the shards' ``first_line``, so it stays right when shards are missing);
+``--weight-decay``; ``--val-draft`` drafts this many steps in the engine-like validation whatever ``--step-weights``
+trains; ``--keep-best`` writes the head of the best VAL so far (n_draft 1, trimmed with ``--draft-ids``) to
+``WORK/ckpt-NAME-best.pt``; ``--ema DECAY`` keeps an exponential moving average of the weights
+(``WORK/ckpt-NAME-ema.pt``).
 
-Session 11 addition: ``--draft-ids FILE`` (int64 .npy of sorted token ids, e.g. ``WORK/draft-ids-8192.npy``, the
-trimmed draft vocabulary the built-in model ships): the training softmax (hard and soft targets) runs over
-exactly these ids instead of the data's tokens, rows whose answer token is not among them are dropped (a trimmed
-head can never draft it), and validation also reports the engine-like acceptance with the argmax over these ids.
-
-Session 13 additions: ``--keep-best`` writes the head of the best VAL so far (n_draft 1 engine-like acceptance,
-trimmed with ``--draft-ids``) to ``WORK/ckpt-NAME-best.pt``; ``--ema DECAY`` keeps an exponential moving average
-of the weights (updated every step, resumed with the checkpoint) and writes it to ``WORK/ckpt-NAME-ema.pt`` at
-every checkpoint (for ``val.py`` / ``export.py --ckpt``).
-
-Session 16: ``--fp32`` trains without bf16 autocast (validation unchanged); on the AMD EPYC bf16 was 1.6x faster
-(``results/probe-dtype-session16.log``), so it is for CPUs where that does not hold.
-
-Session 17: ``--widen-ff N`` starts a fresh run (``--init``) with a wider FFN in the head block: the old gate/up rows
-and down-proj columns copied, the new gate/up rows random (``--widen-scale`` x the old rows' std), the new down-proj
-columns zero, so step 0 computes exactly what the init head computes. Checkpoints of any ``n_ff`` resume and load
-(``Head.from_state``).
-
-Session 15: ``--upweight START:W`` counts gen.jsonl lines (the shards' ``first_line``), not positions in the shard
-list, so it stays right when hidden.py ``--shard-ids`` left some shards out.
-
-Session 18: ``--hidden-dirs A,B`` trains on the shards of several directories (default ``WORK/hidden``): a shard
-file name present in an earlier directory is taken from there only (``WORK/hidden-q41,WORK/hidden`` = the Q4_1
-source's states where hidden.py ``--out-dir`` made them, the Q8_0 copy's elsewhere); ``--dir-weights 2,1`` samples
-the sequences of each directory that many times as often (times ``--upweight``).
-
-Session 19: ``--fuse 9,19`` starts a fresh run (``--init``) whose head also takes these trunk layers' residual-stream
-outputs at step 1 (``head_model.Head.fused``: h' = h + W concat(rms(l_9), rms(l_19)), W = 0 at the start, so step 0
-computes exactly what the init head computes); the shards must hold them (hidden.py ``--backend torch --layers``).
-``--heldout-dir DIR`` validates on DIR's shards instead of ``WORK/hidden-heldout/`` (for a fused head: shards with
-the layers, e.g. ``WORK/hidden-heldout-fuse/``). ``--stop-at K`` checkpoints and exits at step K (the schedule still
-follows ``--steps``; the same command resumes), so two arms can alternate in segments and stay at equal steps;
-``--log-cpu`` adds this process's training rows per CPU second to the step lines (wall-clock rows/s counts pauses).
+Experimental options (no shipped head uses them): ``--widen-ff N`` (a wider FFN in the head block, function-preserving:
+old gate/up rows and down-proj columns copied, new down-proj columns zero); ``--hidden-dirs A,B`` (shards of several
+directories, a file name taken from the first that has it) with ``--dir-weights``; ``--fuse 9,19`` (the head also
+takes these trunk layers' residual-stream outputs at step 1, ``head_model.Head.fused``, W = 0 at the start; the
+shards must hold them: hidden.py ``--backend torch --layers``) with ``--heldout-dir``; ``--stop-at K`` (checkpoint
+and exit at step K, the same command resumes: two arms can alternate and stay at equal steps); ``--log-cpu``.
 
     nice -n 19 .venv/bin/python tools/train_smollm2_head/train.py --steps 1500 --threads 2
 """
@@ -95,10 +73,10 @@ def initial_tensors(source: Path) -> dict[str, np.ndarray]:
 def load_shards(hdir, lines: list[int] | None = None, srcs: list[int] | None = None,
                 layers: list[int] | None = None, layers_dir: Path | None = None) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """The sequences of every shard, in shard-file order. ``lines`` (a list) receives each sequence's gen.jsonl
-    line: the shard's ``first_line`` (hidden.py, session 15) + k, or for older shards without it the running
-    count (shards then cover lines 0.. contiguously). ``hdir`` may be a list of directories (session 18): a
+    line: the shard's ``first_line`` (hidden.py) + k, or for older shards without it the running
+    count (shards then cover lines 0.. contiguously). ``hdir`` may be a list of directories: a
     file name is taken from the first directory that has it; ``srcs`` receives each sequence's directory index.
-    ``layers`` (session 19): also these stored intermediate layers (hidden.py ``--layers``), appended to each
+    ``layers``: also these stored intermediate layers (hidden.py ``--layers``), appended to each
     sequence's hidden array ([T, (1 + len(layers)) * 576]; ``split_hidden`` takes them apart), read from the same
     file or from the file of the same name in ``layers_dir`` (tokens checked equal)."""
     dirs = list(hdir) if isinstance(hdir, (list, tuple)) else [hdir]
@@ -163,7 +141,7 @@ def batch_loss(head: Head, E: torch.Tensor, batch, weights: list[float], max_len
         tgt_mask &= vocab[1][target] >= 0
     emb = E[x]
     h, extra = split_hidden(h, E.shape[1])
-    dt = torch.float32 if fp32 else torch.bfloat16  # --fp32: no autocast, fp32 products (session 16)
+    dt = torch.float32 if fp32 else torch.bfloat16  # --fp32: no autocast, fp32 products
     with contextlib.nullcontext() if fp32 else torch.autocast("cpu", dtype=torch.bfloat16):
         gs = head.steps(emb, h, len(weights), extra if head.fuse else None)
         losses, accs = [], []
@@ -282,15 +260,15 @@ def main(argv: list[str] | None = None) -> None:
                     help="DECAY: keep an exponential moving average of the weights, WORK/ckpt-NAME-ema.pt")
     ap.add_argument("--widen-ff", type=int, default=0,
                     help="N: a fresh run (--init or the initial head) gets N FFN units instead of its own, "
-                         "function-preserving (old rows copied, new down-proj columns zero; session 17)")
+                         "function-preserving (old rows copied, new down-proj columns zero)")
     ap.add_argument("--widen-scale", type=float, default=1.0,
                     help="std of the new gate/up rows of --widen-ff, relative to the old rows' std")
     ap.add_argument("--fuse", type=str, default="",
-                    help="L1,L2,..: a fresh run's head also takes these trunk layers at step 1 (session 19)")
+                    help="L1,L2,..: a fresh run's head also takes these trunk layers at step 1")
     ap.add_argument("--heldout-dir", type=Path, default=None,
-                    help="validation shards (default WORK/hidden-heldout/; session 19)")
-    ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and exit at this step (session 19)")
-    ap.add_argument("--log-cpu", action="store_true", help="step lines also give rows per CPU second (session 19)")
+                    help="validation shards (default WORK/hidden-heldout/)")
+    ap.add_argument("--stop-at", type=int, default=0, help="checkpoint and exit at this step")
+    ap.add_argument("--log-cpu", action="store_true", help="step lines also give rows per CPU second")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     fuse_ids = [int(v) for v in args.fuse.split(",")] if args.fuse else None
@@ -318,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     elapsed0 = 0.0  # training seconds before this process (resume)
     best = -1.0
     ema = None
-    # the head is shaped as the checkpoint it starts from (session 17: any n_ff), widened by --widen-ff
+    # the head is shaped as the checkpoint it starts from (any n_ff), widened by --widen-ff
     ck = torch.load(ckpt, map_location="cpu", weights_only=False) if ckpt.exists() else None
     if ck is not None:
         head = Head.from_state(ck["head"])
@@ -386,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     def sample_p(n: int):
         if not args.upweight and not args.dir_weights:
             return None
-        p = np.ones(n)  # by gen.jsonl line (session 15: shards may be missing, so not by position)
+        p = np.ones(n)  # by gen.jsonl line (shards may be missing, so not by position)
         if args.upweight:
             p[upweighted()] = float(args.upweight.split(":")[1])
         if args.dir_weights:

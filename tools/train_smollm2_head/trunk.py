@@ -60,7 +60,7 @@ class Trunk:
     def forward(self, tokens, pos, key_ok, cache=None, keep=None):
         """tokens/pos [B, T]; key_ok [B, S] (S = cached + T: keys that are real tokens).
         Returns post-norm h [B, T, E] and the updated cache (list of (K, V) per layer).
-        ``keep`` (session 19): a dict whose keys are 0-based layer indices; each gets that layer's residual-stream
+        ``keep``: a dict whose keys are 0-based layer indices; each gets that layer's residual-stream
         output [B, T, E] (llama.cpp's ``l_out-IL``, before output_norm)."""
         b, t = tokens.shape
         x = self.E[tokens]

@@ -2,12 +2,12 @@
 
 Loads the head from ``--ckpt``, the first ``--heldout`` sequences of ``WORK/hidden-heldout/`` and prints
 the teacher-forced cross-entropy and accuracy per draft step plus the engine-like acceptance
-(``simulate_engine``, which matched the engine within 0.02) at n_draft 1 and ``--draft``. Used to put
-checkpoints of different sessions on the same validation set (session 10: 60 sequences, not 40).
+(``simulate_engine``, which matched the engine within 0.02) at n_draft 1 and ``--draft``. Puts checkpoints
+of different runs on the same validation set (60 sequences by default; train.py's ``--heldout`` defaults to 40).
 
-    .venv/bin/python tools/train_smollm2_head/val.py --ckpt build/smollm2_head/ckpt-session9.pt
+    .venv/bin/python tools/train_smollm2_head/val.py --ckpt build/smollm2_head/ckpt.pt
 
-Session 19: a checkpoint of a fused head (train.py ``--fuse``) reads its trunk layers from the shards (``--hidden-dir``
+A checkpoint of a fused head (train.py ``--fuse``) reads its trunk layers from the shards (``--hidden-dir``
 made by hidden.py ``--layers``, e.g. ``WORK/hidden-heldout-fuse/``) or, with ``--layers-dir DIR``, from DIR's shards of
 the same names while the final states come from ``--hidden-dir`` (e.g. llama.cpp's final states + torch's layers).
 """
@@ -35,12 +35,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draft", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hidden-dir", type=Path, default=None,
-                    help="validate on these shards instead of WORK/hidden-heldout/ (session 13: unseen train "
+                    help="validate on these shards instead of WORK/hidden-heldout/ (e.g. unseen train "
                          "lines); --heldout still caps the sequences")
     ap.add_argument("--draft-ids", type=Path, default=None,
                     help="also the engine-like acceptance of the head trimmed to these ids (int64 .npy)")
     ap.add_argument("--layers-dir", type=Path, default=None,
-                    help="a fused head's intermediate layers from these shards (same file names; session 19)")
+                    help="a fused head's intermediate layers from these shards (same file names)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     source = source_path()
     E = torch.from_numpy(dequantized(gguf.GGUFReader(str(source)), "token_embd.weight"))
     ck = torch.load(args.ckpt, map_location="cpu", weights_only=False)
-    head = Head.from_state(ck["head"])  # shaped as the checkpoint (session 17: any n_ff)
+    head = Head.from_state(ck["head"])  # shaped as the checkpoint (any n_ff)
     fuse = ck.get("args", {}).get("fuse", "") if head.fuse else ""
     layers = [int(v) for v in fuse.split(",")] if fuse else None
     val = load_shards(args.hidden_dir or hidden_dir(args.work_dir, "heldout"), layers=layers,
