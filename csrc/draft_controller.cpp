@@ -85,8 +85,8 @@ DraftController::Costs & DraftController::costs_of(Shape shape) {
 // time of the nearest number of streams on the same thread count that measured that length itself: a
 // far better guess than none, which would mean plain rounds and bursts at every length each time; its
 // own first steady time replaces it. (Of two as near, the one of more streams: its longer verifies make
-// the guess the cautious one. Length by length since session 23: four streams that never measured plain
-// decoding themselves, having backed off from trying it, still lend three streams their drafting times.)
+// the guess the cautious one. Length by length: four streams that never measured plain decoding
+// themselves, having backed off from trying it, still lend three streams their drafting times.)
 void DraftController::seed_from_nearest(Costs & made) {
     auto nearer = [&made](const Costs * a, const Costs & b) {
         const int32_t da = a ? std::abs(a->shape.streams - made.shape.streams) : INT32_MAX;
@@ -152,7 +152,7 @@ double DraftController::acceptance(int32_t i, bool optimistic) const {
     // A later position is drafted only in the rounds that draft that far, often few and all at one
     // moment of the text: its own evidence is weighed against the position before it (worth
     // kPositionPrior observations), so that a few lucky rounds cannot make long drafts look certain
-    // (session 19: two streams at 0.75 drafted 3 on an estimate of 0.9-1.0 for positions 1-2,
+    // (without the prior, two streams at 0.75 drafted 3 on an estimate of 0.9-1.0 for positions 1-2,
     // where they accept 0.6-0.7).
     return (acc_num_[i] + kPositionPrior * acceptance(i - 1, false)) / (acc_den_[i] + kPositionPrior);
 }
@@ -172,8 +172,8 @@ bool DraftController::measured(int32_t k) const {
 
 // The machine's speed moves by tens of percent within seconds, so times taken at different moments
 // compare badly: a length tried in a fast moment kept looking better than the one in use whenever
-// that one ran slow (session 22: four streams at forced acceptance ran 4 drafts, 0.85x, for hundreds of
-// rounds). With several streams lengths are therefore compared by their relative costs, each set from a
+// that one ran slow (compared by absolute times, four streams at forced acceptance ran 4 drafts, 0.85x,
+// for hundreds of rounds). With several streams lengths are therefore compared by their relative costs, each set from a
 // length's first steady rounds against the previous length's last ones, a round or two apart; the
 // absolute time of the length measured last sets the scale. One stream keeps its absolute times: its
 // rounds are short and many, and comparisons of two rounds against two cost it more in precision
@@ -220,8 +220,8 @@ int32_t DraftController::best_measured(int32_t limit, double & rate) const {
     // the steps down for the price of three plain rounds, but while decoding plainly, drafting is measured
     // only by a probe, which first catches the head up on every row of the plain stretch (four streams:
     // 18 ms after 32 plain rounds of 7 ms), so probes grow rare and a plain choice made on a few early rounds
-    // stood for whole runs (session 23: four streams at 0.75 decoded plainly in 75% of the rounds where one
-    // draft was 17% faster). (Sessions 18-20 had the opposite margin, for tails that padding has since fixed.)
+    // stood for whole runs (without the tie margin, four streams at 0.75 decoded plainly in 75% of the
+    // rounds where one draft was 17% faster).
     const double plain = expected_tokens(0, false) / relative_time(0);
     const double tie = shape_.streams > 1 ? kDraftingTie : 1.0;
     if (best == 0 || rate * tie < plain) {
@@ -253,7 +253,7 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
         return std::min(burst_length_, limit);
     }
     // The first draft after a plain stretch decodes every row the head queued meanwhile, for every stream:
-    // near the calls' ends the drafts left cannot repay it (session 20: four streams at 0.75, plain for 90
+    // near the calls' ends the drafts left cannot repay it (four streams at 0.75, plain for 90
     // rounds; when the first call ended the other three drafted their last few tokens, and the catch-up
     // and its rounds cost 60-130 ms of a 1.4 s batch: the gap to plain decoding).
     if (choice_ == 0 && remaining >= 0 && queued > kQueuedPerToken * remaining) {
@@ -264,7 +264,7 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
     const int32_t best = best_measured(limit, best_rate);
     if (burst_is_probe_) {
         // The probe's own number of streams learns from it: plain decoding winning at four streams
-        // says little about two (session 21: probes at four streams had stretched the interval to
+        // says little about two (probes at four streams, counted for every shape, stretched the interval to
         // hundreds of rounds, and a batch of two then decoded plainly from start to end).
         burst_is_probe_ = false;
         int32_t & interval = costs_of(probe_shape_).probe_interval;
@@ -273,8 +273,8 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
     if (burst_is_explore_) {
         burst_is_explore_ = false;
         // With several streams a try is dearer (every stream drafts its length, and the switches to and from it
-        // rebuild larger graphs) and the neighbours of the best length are often within 10% of it (session 23:
-        // four streams at 0.75, two drafts 8% and plain decoding 3-18% behind one), so tries back off from 5%.
+        // rebuild larger graphs) and the neighbours of the best length are often within 10% of it (four
+        // streams at 0.75: two drafts 8% and plain decoding 3-18% behind one), so tries back off from 5%.
         const double clearly = shape_.streams > 1 ? kClearlyWorseStreams : kClearlyWorse;
         const bool worse = !measured(burst_length_) ||
                            expected_tokens(burst_length_, false) / relative_time(burst_length_) < clearly * best_rate;
@@ -329,9 +329,9 @@ int32_t DraftController::decide(int32_t limit, int64_t remaining, int64_t queued
         why_ = "explore";
         // Plain decoding is measured only one step below 1, yet with several streams it is often within a few
         // percent of the best length: a time of it older than kSampleSpan rounds is measured again in place of
-        // the step down (session 20: four streams at 0.75 kept a plain time from a slow first call, 19 ms where
+        // the step down (otherwise four streams at 0.75 kept a plain time from a slow first call, 19 ms where
         // it takes 13, and drafted 2 for the whole session where plain decoding was fastest).
-        // Every other such step down stays one step down (session 22: four streams at 0.75 settled on 2 while
+        // Every other such step down stays one step down (otherwise four streams at 0.75 settled on 2 while
         // plain decoding's time went stale between steps down, so they all measured plain decoding, never 1,
         // whose time from a slow spell kept it looking worse: 1 is best there, 8% faster than 2).
         const auto & plain = costs().recent[0];
@@ -474,7 +474,7 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     // Times only grow when the machine is busy (preemption, page faults, a stalled thread), so a length's
     // time is the lower median of its latest steady samples: one stalled sample moves nothing, and a length
     // measured only in the short bursts of a probe or a neighbour's try is judged like the one in use
-    // (before session 16 a burst caught in a stall kept a length looking worse for many tries).
+    // (with the mean instead, a burst caught in a stall kept a length looking worse for many tries).
     auto & recent = t.recent[(size_t) drafted];
     const bool was_seeded = t.seeded[drafted];
     if (was_seeded) {
@@ -483,7 +483,7 @@ void DraftController::observe_cost_locked(int32_t drafted, Shape shape, int64_t 
     }
     // A length not in use keeps the times of when it last ran, which a busy or a quiet spell since may have
     // made wrong, and it is measured again only in bursts of 2 steady rounds: so times older than
-    // kSampleSpan rounds make way for new ones, down to the newest kKeptSamples (before session 19 plain
+    // kSampleSpan rounds make way for new ones, down to the newest kKeptSamples (when all were kept, plain
     // decoding measured in a slow spell kept looking 35% slower than it was for hundreds of rounds at four
     // streams, and two streams drafted 3 where lengths 1 and 2, measured in a stall, were 10-30% faster).
     while (!recent.empty() && (recent.size() >= kRecentSamples ||

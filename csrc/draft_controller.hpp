@@ -1,6 +1,6 @@
 // n_draft="auto": picks each iteration's draft length (0 = plain decoding) to
 // maximise expected committed tokens per second, from the session's own
-// measurements. Cost model and policy: docs/performance.md ("Automatic draft length").
+// measurements. Cost model and policy: docs/draft-controller.md.
 //
 //   E(k) = 1 + a_0 + a_0 a_1 + ... + a_0...a_{k-1}   tokens committed by an iteration of k drafts
 //   T(k) = measured time of an iteration that drafted k (lower median of the latest 8 steady ones)

@@ -265,8 +265,8 @@ void Session::draft(std::vector<Slot *> & slots) {
         }
     }
     if (auto_room >= 0) {
-        // A caller waiting in begin() joins when this round ends: a plain round lets it in sooner (session 20:
-        // four callers started together joined one per round, and drafted rounds of 20-45 ms in between
+        // A caller waiting in begin() joins when this round ends: a plain round lets it in sooner (four
+        // callers started together joined one per round, and drafted rounds of 20-45 ms in between
         // delayed the last stream, which decides when the batch ends, by 60-90 ms of a 1.4 s batch).
         const bool joining = joining_.load(std::memory_order_relaxed) > 0;
         const int32_t chosen =

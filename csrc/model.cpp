@@ -223,7 +223,7 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
     }
     model_.reset(m);
     // llama_model::create_memory asserts this when a context is made: a sliding-window
-    // architecture whose sliding_window_pattern marks no layer (metadata fuzz, issue 31).
+    // architecture whose sliding_window_pattern marks no layer (found by fuzzing GGUF metadata).
     const llama_hparams & hp = model_->hparams;
     if (hp.swa_type != LLAMA_SWA_TYPE_NONE && hp.n_layer_all > 0 && !hp.is_swa_any()) {
         fail(ErrorKind::ModelLoad, "GGUF file is corrupt or unsupported: " + info_.architecture +

@@ -1,7 +1,7 @@
 // Shared decodes kept to one pass. With one KV stream per sequence (the session's layout),
 // llama.cpp decodes a batch of several sequences in one pass over the weights only when their
 // ids are consecutive and their row counts equal (llama_batch_allocr::split_equal, sequential);
-// otherwise it makes a pass per run of them (session 21: two streams in slots 0 and 2 decoded at
+// otherwise it makes a pass per run of them (two streams in slots 0 and 2 decode at
 // 0.55x the speed of slots 0 and 1). Rows for the sequences in between and after the shorter
 // ones cost far less than a pass where weights dominate. The session's verify and the fused
 // head's decodes both use this.

@@ -1,7 +1,7 @@
 // ggml's RPC backend: checked endpoints, remote devices, the server loop.
 //
 // ggml's RPC client aborts the process when a connection fails at connect time
-// (patches/llama.cpp/0003 turns later failures into a "lost" connection state).
+// (patches/ggml-rpc/0001 turns later failures into a "lost" connection state).
 // Every endpoint is therefore probed here first, with our own socket and a
 // timeout: TCP connect + the HELLO handshake and its protocol version.
 #pragma once

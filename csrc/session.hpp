@@ -172,8 +172,8 @@ private:
     DraftController controller_;
     std::vector<Slot::Call::Observation> round_observations_;  // this round's completed ones (run_round)
     // A round's cost is its period, from its start to the next round's: the callers' work between rounds
-    // (their tokens, the lock, the interpreter) is paid once per round (session 23: 140-240 us, 2-3% of a
-    // round on two cores). The controller gets a round's cost when the next one starts; a call that
+    // (their tokens, the lock, the interpreter) is paid once per round (140-240 us, 2-3% of a round on two
+    // Zen 5 cores). The controller gets a round's cost when the next one starts; a call that
     // begins in between, or a prompt chunk in the round, makes it no sample.
     struct RoundCost {
         int32_t drafted = 0, streams = 0, threads = 0;

@@ -311,7 +311,7 @@ def _write_olmo2(path: Path, swa_pattern: list[bool]) -> Path:
 
 
 def test_a_sliding_window_pattern_that_marks_no_layer_is_a_load_error(tmp_path: Path) -> None:
-    """Issue 31's example (there on mimo2): an architecture with sliding-window attention whose
+    """Found by fuzzing GGUF metadata (on mimo2): an architecture with sliding-window attention whose
     pattern marks no layer loaded, and making a context aborted the process in
     llama_model::create_memory (GGML_ASSERT(hparams.is_swa_any())). Now a ModelLoadError at load;
     the same model with one sliding-window layer generates."""

@@ -1,4 +1,4 @@
-"""Grammar-aware drafting beyond forced prefixes (issue 28 item 3): the head drafts among the tokens
+"""Grammar-aware drafting beyond forced prefixes: the head drafts among the tokens
 the grammar allows, text the grammar forces after a head draft extends that draft, forced text is
 tokenized the way the target writes it; and MTP stays equal to plain decoding on long prompts and
 reused prefixes, where ggml's one-row attention and a re-decoded row used to round differently."""

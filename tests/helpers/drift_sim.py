@@ -1,4 +1,4 @@
-"""Issue 32's parallel bench, simulated on a machine whose speed drifts, driving the real draft-length
+"""The parallel bench (`mtp-llm bench --parallel 1,2,4`), simulated on a machine whose speed drifts, driving the real draft-length
 controller (``mtp_llm._core.internals.DraftController``): what a controller change does to auto against the fixed
 lengths when round times change by tens of percent over seconds, without the bench's own noise.
 ``benchmarks/controller_drift.py`` prints it per seed; the controller's unit tests assert on it."""
@@ -16,7 +16,7 @@ EPYC_ROUND_US = {
     4: [13500, 22500, 32000, 43000, 55000],
 }
 """Round times (us) at 0 to 4 drafts by number of streams: the 128M f16 hy_v3 at 0.75 on the project's AMD EPYC
-(session 22's traces, 2 threads), where the best length is 2-3 for one stream, 1-2 for two and 1 for four."""
+(traces at 2 threads), where the best length is 2-3 for one stream, 1-2 for two and 1 for four."""
 
 Choose = Callable[[_core.internals.DraftController, int], int]
 """A round's draft length from the controller and the number of live streams (auto: ``c.choose(4, live, 2)``)."""
@@ -26,7 +26,7 @@ def bench_in_spells(
     choose: Choose, seed: int, reps: int = 12, tokens: int = 96, drift: bool = True, acceptance: float = 0.75
 ) -> dict[int, float]:
     """`mtp-llm bench --parallel 1,2,4` on one session through a machine whose speed drifts: spells of 0.2-1 s at
-    1.0-1.5x the round times (as this 2-core VM's rounds did in session 22; none with ``drift=False``), 5% jitter.
+    1.0-1.5x the round times (as a 2-core VM's rounds do; none with ``drift=False``), 5% jitter.
     Batches of 1, 2 and 4 streams of `tokens` each, drafts accepted at `acceptance` per position, after a warm-up
     repetition; committed tokens per us by number of streams."""
     rng = random.Random(seed)

@@ -146,7 +146,7 @@ def test_controller_keeps_costs_per_thread_count() -> None:
     verify row costs far more against a one-row pass: at 2 threads the longest draft pays, at 1
     plain decoding does (2 tokens per 5,000 us at k=1 against 1 per 2,000). The choice follows the
     thread count both ways, deciding on that count's own times, and a count seen before needs no
-    new measurement (issue 30: one table for every count decided on the other count's times)."""
+    new measurement (one table for every count would decide on the other count's times)."""
     def two(k: int, streams: int) -> float:
         return 1000 + 150 * k
 
@@ -185,8 +185,8 @@ def test_controller_on_the_built_in_models_recorded_drafts() -> None:
     two machines (n_draft 1 = 1.22 plain passes and 2 = 1.71 on an Intel Xeon; 1.10 and 1.48 on an AMD
     EPYC), 10% noise and the later positions accepted 0.53 given the one before (the head's ratio of
     neighbours in evaluate.py): n_draft 1 is the best fixed length, 1.18x and 1.30x plain decoding.
-    Over many calls auto must keep >= 0.985x of it (0.98x before session 15's controller changes:
-    a neighbouring length tried every 32 iterations, and two lengths up tried on small samples);
+    Over many calls auto must keep >= 0.985x of it (0.98x when a neighbouring length was tried every
+    32 iterations, and two lengths up on small samples);
     on the first call of a fresh session (the main job) >= 0.96x on average (0.974-0.975x; 0.954x before
     on the EPYC costs: the evidence of an answer's first, hardest drafts outvoted the probes that
     followed)."""
@@ -231,7 +231,7 @@ def test_a_round_after_a_thread_probe_is_no_cost_sample() -> None:
 
 
 def test_a_new_number_of_streams_starts_from_the_nearest_measured_one() -> None:
-    """Issue 32: calls start and end, so a session meets 3 streams between 2 and 4. Its first
+    """Calls start and end, so a session meets 3 streams between 2 and 4. Its first
     choice comes from the nearest measured table on the same thread count (no plain rounds and
     no bursts at every length first), and its own steady times replace the copied ones."""
     def cost(k: int, streams: int) -> float:
@@ -292,11 +292,11 @@ def run_streams(choose: Any, streams: int, costs: list[float], acceptance: float
 def test_controller_reaches_the_best_fixed_length_with_several_streams(
     streams: int, costs: list[float], correlated: bool
 ) -> None:
-    """Issue 32, round times measured on the calibrated 0.75 hy_v3 (128M f16, 1 thread): several streams'
+    """Round times measured on the calibrated 0.75 hy_v3 (128M f16, 1 thread): several streams'
     drafts of one round are evidence of one moment, so four rejections in two rounds of similar texts are no
     change of text (the short memory counts rounds), and the probes while plain decoding wins come every so
-    many rounds, not streams' tokens. Auto must keep >= 0.975x the best fixed length (0.985-0.998x; before
-    session 16, with the short memory and the probe interval counting each stream's observations, two
+    many rounds, not streams' tokens. Auto must keep >= 0.975x the best fixed length (0.985-0.998x; with the
+    short memory and the probe interval counting each stream's observations, two
     streams of similar texts reached 0.950-0.968x, 531-812 of 3,000 rounds plain)."""
     for seed in range(3):
         auto, lengths = run_streams(lambda c: c.choose(4, streams), streams, costs, 0.75, correlated, seed)
@@ -337,9 +337,9 @@ def test_controller_is_not_misled_by_rounds_caught_in_a_stall() -> None:
 
 
 def test_a_later_position_leans_on_the_one_before() -> None:
-    """Session 19: a few rounds that drafted three, all accepted at one easy moment of the text, made
+    """A few rounds that drafted three, all accepted at one easy moment of the text, made
     positions 1-2 look certain (0.9-1.0 where they accept 0.6-0.7) and two streams drafted 3 where 1 and 2
-    were faster. A later position's evidence is now weighed against the position before it."""
+    were faster, when a later position's evidence stood alone; it is weighed against the position before it."""
     c = _core.internals.DraftController(4)
     for i in range(200):  # position 0 accepts 3 in 4
         c.observe_acceptance(1, 1 if i % 4 else 0)
@@ -352,7 +352,7 @@ def test_a_later_position_leans_on_the_one_before() -> None:
 
 
 def test_a_length_measured_in_a_slow_spell_is_measured_again() -> None:
-    """Session 19, four streams: plain decoding measured in a slow spell (20 ms a round where it takes 12)
+    """Four streams: plain decoding measured in a slow spell (20 ms a round where it takes 12)
     kept that time while one draft ran for hundreds of rounds, because a try of plain decoding measures two
     steady rounds and the time is the lower median of the latest eight. Samples older than 128 rounds now
     make way for new ones (down to the newest one), so one try measures plain decoding anew."""
@@ -367,7 +367,7 @@ def test_a_length_measured_in_a_slow_spell_is_measured_again() -> None:
     rounds(1, 300, 24000)
     assert c.estimates().iteration_us[0] == pytest.approx(20000)
     rounds(0, 3, 12000)  # a try of plain decoding: 2 steady rounds
-    assert c.estimates().iteration_us[0] == pytest.approx(12000)  # 20000 before session 19
+    assert c.estimates().iteration_us[0] == pytest.approx(12000)  # not the slow spell's 20000
     rounds(1, 300, 24000)
     rounds(0, 3, 13000)  # within the span the lower median still keeps a stall out
     rounds(0, 1, 40000)
@@ -378,7 +378,7 @@ def test_several_streams_probe_with_one_draft() -> None:
     """While plain decoding wins with four streams (every draft accepted, yet a round of k drafts costs more
     than k + 1 plain rounds' worth; of the drafting lengths 4 would be the least bad), a probe drafts one token:
     every draft adds a verify row per stream, and longer lengths are tried one above the best as from any start
-    (before session 19 the probe ran at 4, the dearest round). A probe's three rounds weigh as much as three
+    (a probe at 4 would run the dearest round). A probe's three rounds weigh as much as three
     rounds of evidence from before it, not as one round's worth of observations against its twelve."""
     c = _core.internals.DraftController(4)
     c.choose(4, 4)
@@ -411,38 +411,38 @@ def four_streams(c: _core.internals.DraftController, rounds: int, round_us: Any,
 
 
 def test_several_streams_measure_plain_decoding_again_while_drafting_two() -> None:
-    """Session 20, four streams at 0.75: plain decoding was measured only in the session's first rounds, slow
-    (19 ms where it takes 13), and the best length was 2, whose neighbours 1 and 3 were all that exploring
-    measured: two drafts ran the whole session where plain decoding was fastest. A plain time older than the
-    sample span is now measured again in place of the step down."""
+    """Four streams at 0.75: plain decoding measured only in the session's first rounds, slow
+    (19 ms where it takes 13) while the best length is 2, whose neighbours 1 and 3 are all that exploring
+    measures, would leave two drafts running where plain decoding is fastest. A plain time older than the
+    sample span is measured again in place of the step down."""
     c = _core.internals.DraftController(4)
-    # Rates at 0.75: plain 0.083, 1: 0.073, 2: 0.077 per ms (session 20's plain took 13 ms, a near tie with 2
-    # that drafting wins since session 23).
+    # Rates at 0.75: plain 0.083, 1: 0.073, 2: 0.077 per ms (plain at 13 ms would be a near tie with 2, which
+    # drafting wins).
     costs = [12000, 24000, 30000, 40000, 50000]
     # The first rounds, plain, in a slow spell.
     chosen = four_streams(c, 600, lambda k, r: 20000 if r < 8 else costs[k])
-    assert c.estimates().iteration_us[0] == pytest.approx(12000, rel=1e-3)  # 20000 before session 20
+    assert c.estimates().iteration_us[0] == pytest.approx(12000, rel=1e-3)  # not the slow spell's 20000
     assert chosen[-200:].count(0) >= 180, chosen[-200:]
 
 
 def test_several_streams_drafting_two_also_measure_one_draft_again() -> None:
-    """Session 22, four streams at 0.75: one draft, the fastest, ran into a slow spell and looked worse than
-    two; plain decoding's time went stale between steps down from two, so every step down measured plain
-    decoding in its place and one draft was never measured again. Steps down now alternate between plain
+    """Four streams at 0.75: one draft, the fastest, runs into a slow spell and looks worse than two; plain
+    decoding's time goes stale between steps down from two, so if every step down measured plain decoding in
+    its place one draft would never be measured again. Steps down alternate between plain
     decoding and one draft fewer."""
     c = _core.internals.DraftController(4)
     costs = [16500, 22500, 31500, 43000, 55000]  # rates at 0.75: plain 0.242, 1: 0.311, 2: 0.294 per ms
     # One draft in a slow spell.
     chosen = four_streams(c, 1500, lambda k, r: 30000 if k == 1 and 150 <= r < 250 else costs[k])
     assert 2 in chosen[250:500]  # the spell moved it to two drafts
-    assert c.estimates().iteration_us[1] == pytest.approx(22500, rel=1e-3)  # 30000 before session 22
+    assert c.estimates().iteration_us[1] == pytest.approx(22500, rel=1e-3)  # not the slow spell's 30000
     assert chosen[-500:].count(1) >= 400, chosen[-500:]
 
 
 def test_several_streams_compare_lengths_at_one_moment() -> None:
-    """Session 23: the machine slows by 1.45x while four streams at forced acceptance draft 3, the best. Every
-    other length kept its time from before, so by absolute times each looked better in turn: the controller
-    ran 4, then 2, then 1 (ten rounds) before it came back. Lengths are now compared by their costs relative to
+    """The machine slows by 1.45x while four streams at forced acceptance draft 3, the best. Every
+    other length keeps its time from before, so by absolute times each would look better in turn (4, then 2,
+    then 1, ten rounds, before coming back). Lengths are compared by their costs relative to
     one another, measured a round apart, so a slowdown of all of them changes nothing."""
     c = _core.internals.DraftController(4)
     costs = [13500, 22500, 32000, 34000, 53000]  # forced: rates 0.074, 0.089, 0.094, 0.118, 0.094 per ms
@@ -452,10 +452,10 @@ def test_several_streams_compare_lengths_at_one_moment() -> None:
 
 
 def test_several_streams_break_a_near_tie_with_plain_decoding_by_drafting() -> None:
-    """Session 23: with four streams plain decoding and one draft were within a few percent of each other, and
+    """With four streams plain decoding and one draft were within a few percent of each other, and
     which looked better moved with the machine. Drafting is measured again only by probes, each paying the head's
     catch-up of the plain stretch, so a plain choice made early stood for whole runs; plain decoding costs three
-    plain rounds to measure again from drafting. A tie within 4% now goes to drafting (with several streams)."""
+    plain rounds to measure again from drafting. A tie within 4% goes to drafting (with several streams)."""
     tied = [13000, 22300, 32000, 43000, 55000]  # rates at 0.75: plain 0.0769, 1: 0.0785 x 0.96 = 0.0754 per ms
     c = _core.internals.DraftController(4)
     chosen = four_streams(c, 800, lambda k, r: tied[k])
@@ -467,8 +467,8 @@ def test_several_streams_break_a_near_tie_with_plain_decoding_by_drafting() -> N
 
 
 def test_several_streams_try_neighbours_within_ten_percent_ever_less_often() -> None:
-    """Session 23, four streams at 0.75: two drafts ran 8% and plain decoding 10% behind one draft. Both counted as
-    close (within 10%), so each was tried every 32 drafting rounds: three rounds at a worse length and two
+    """Four streams at 0.75: two drafts run 8% and plain decoding 10% behind one draft. Counted as
+    close (within 10%), each would be tried every 32 drafting rounds: three rounds at a worse length and two
     switches, 2-3% of the session's time. With several streams, a neighbour more than 5% behind backs off."""
     costs = [14000, 22500, 32500, 43000, 55000]  # rates at 0.75: plain 0.071, 1: 0.079, 2: 0.073 per ms
     c = _core.internals.DraftController(4)
@@ -477,9 +477,9 @@ def test_several_streams_try_neighbours_within_ten_percent_ever_less_often() -> 
 
 
 def test_auto_keeps_the_best_length_through_a_drifting_machine() -> None:
-    """Issue 32's bench on a simulated machine whose speed drifts by up to 1.5x in spells of a fraction of a
-    second: with two and four streams auto keeps >= 0.95x the best fixed length (0.979 and 0.984 over 8 seeds on
-    average before session 23, 0.989 and 0.998 after its changes; 0.989 and 0.998 with no drift too:
+    """The parallel bench on a simulated machine whose speed drifts by up to 1.5x in spells of a fraction of a
+    second: with two and four streams auto keeps >= 0.95x the best fixed length (0.989 and 0.998 over 8 seeds on
+    average; 0.989 and 0.998 with no drift too:
     `python benchmarks/controller_drift.py`). One stream is left out: there the simulated session starts plain
     and finds 2-3 drafts only after its first batches (0.87-1.0x), a single-stream matter that the built-in
     model's benchmark covers."""
@@ -490,9 +490,9 @@ def test_auto_keeps_the_best_length_through_a_drifting_machine() -> None:
 
 
 def test_a_plain_stretch_near_the_calls_end_stays_plain() -> None:
-    """Session 20: the first draft after a plain stretch decodes every row the head queued meanwhile. Four
-    streams at 0.75 were plain for 90 rounds; when the first call ended the other three drafted their last
-    few tokens and paid that catch-up (60-130 ms of a 1.4 s batch). Drafting now waits while the calls have
+    """The first draft after a plain stretch decodes every row the head queued meanwhile. Four
+    streams at 0.75 plain for 90 rounds, drafting their last few tokens after the first call ends, pay that
+    catch-up (60-130 ms of a 1.4 s batch). Drafting waits while the calls have
     fewer tokens left than a quarter of the queued rows; once drafting, the rule has nothing to say."""
     c = _core.internals.DraftController(4)
     for _ in range(4):  # plain decoding measured: every draft would be accepted and costs little
@@ -508,8 +508,8 @@ def test_a_plain_stretch_near_the_calls_end_stays_plain() -> None:
 
 
 def test_a_round_with_a_caller_waiting_to_join_is_plain_and_keeps_the_burst() -> None:
-    """Session 20: four callers started together joined one per round, and the drafted rounds in between
-    delayed the last one, whose end is the batch's. The session passes limit -1 while a caller waits in
+    """Four callers started together join one per round, and drafted rounds in between would delay the last
+    one, whose end is the batch's. The session passes limit -1 while a caller waits in
     begin() (when that happens depends on the threads, so the session's side is seen in traces, why
     "joining"): that round is plain, and a burst under way resumes after it."""
     c = _core.internals.DraftController(4)
@@ -522,9 +522,9 @@ def test_a_round_with_a_caller_waiting_to_join_is_plain_and_keeps_the_burst() ->
 
 
 def test_each_number_of_streams_probes_on_its_own_interval() -> None:
-    """Session 21: probes at four streams, where plain decoding won, had stretched the interval between
-    probes to hundreds of rounds, and a batch of two streams that followed, where drafting paid, decoded
-    plainly from start to end. Each number of streams now keeps its own interval: the two streams probe
+    """Probes at four streams, where plain decoding wins, stretch the interval between probes to hundreds of
+    rounds; a batch of two streams that follows, where drafting pays, would decode plainly from start to end
+    on that interval. Each number of streams keeps its own interval: the two streams probe
     within their first rounds and draft."""
     c = _core.internals.DraftController(4)
     for _ in range(1500):  # four streams: every draft rejected

@@ -43,6 +43,21 @@ def test_stub_matches_extension() -> None:
     assert by_name == {"ContextOptions", "SamplingOptions", "GenerateOptions"}
 
 
+def test_research_bindings_live_in_internals_with_stubs() -> None:
+    """Bindings for tests and tools sit in ``_core.internals``, out of the public surface, and the stub
+    declares each of them and each member of its classes."""
+    tree = ast.parse((ROOT / "mtp_llm" / "_core.pyi").read_text())
+    internals = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "internals")
+    declared = {n.name for n in internals.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    research = {"forward_with_head", "trunk_hidden_states", "ThreadController", "DraftController"}
+    assert declared == {n for n in dir(_core.internals) if not n.startswith("_")} == research
+    assert not research & set(dir(_core))
+    for cls in (n for n in internals.body if isinstance(n, ast.ClassDef)):
+        members = {n.name for n in cls.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("__")}
+        native = {n for n in dir(getattr(_core.internals, cls.name)) if not n.startswith("_")}
+        assert members == native, cls.name
+
+
 def test_py_typed_is_shipped() -> None:
     assert (ROOT / "mtp_llm" / "py.typed").exists()
 

@@ -99,7 +99,7 @@ def noisy(times: dict[int, list[float]], seed: int) -> Callable[[int], float]:
 
 
 # Per-token times (us) measured on the built-in model, 2 vCPUs, one Python spin beside the decode
-# (session 14, Xeon): 2 threads are ~2x slower in the median than on a quiet machine and 6% of their
+# (Intel Xeon, 2 vCPUs): 2 threads are ~2x slower in the median than on a quiet machine and 6% of their
 # decodes stall 135-190 ms (40% of the time); 1 thread runs as it does quietly. Not uniformly slow,
 # which is what the first slowdown trigger (4 decodes in a row 1.5x over a moving average) missed.
 QUIET_MEASURED = {2: [6900.0, 7400.0, 7800.0, 8000.0, 8300.0], 1: [13000.0, 13600.0, 15200.0, 15800.0]}
