@@ -14,7 +14,9 @@ Each repetition runs llama-cpp-python (in a subprocess of .venv-peer), our plain
 our MTP at each n_draft, interleaved, greedy, on the same prompts: the first 8 held-out prompts
 (benchmarks/prompts/heldout.json), or with ``--chat`` the four chat questions of
 ``built_in_speed.py`` rendered through the model's chat template. The default model is the
-built-in one.
+built-in one; llama-cpp-python's stock llama.cpp rejects its MTP head's tensors ("wrong number of
+tensors"), so the peer reads the source file the built-in model was made from: the same trunk tensors, byte for byte,
+without the head (``--peer-model`` names another file).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--peer-model", help="the file llama-cpp-python loads (default: --model, or the built-in "
+                        "model's trunk-only source)")
     parser.add_argument("--peer-python", default=str(ROOT / ".venv-peer" / "bin" / "python"))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args()
@@ -68,6 +72,14 @@ def main() -> int:
         print(f"{args.peer_python} not found: see the set-up command in this script's docstring", file=sys.stderr)
         return 2
     model_path = args.model or str(default_model_path())
+    if args.peer_model:
+        peer_model_path = args.peer_model
+    elif args.model:
+        peer_model_path = args.model
+    else:
+        from mtp_llm.smollm2 import source_path
+
+        peer_model_path = str(source_path())
     model = Model.load(model_path)
     if args.chat:
         from mtp_llm.bench.common import CHAT_QUESTIONS
@@ -81,7 +93,7 @@ def main() -> int:
     results.update({("mtp_llm plain" if k == 0 else f"mtp_llm MTP n_draft={k}"): [] for k in configs})
     for _ in range(args.reps):
         proc = subprocess.run(
-            [args.peer_python, "-c", PEER, model_path, json.dumps(prompts), str(args.tokens), str(args.threads)],
+            [args.peer_python, "-c", PEER, peer_model_path, json.dumps(prompts), str(args.tokens), str(args.threads)],
             capture_output=True, text=True, timeout=900,
         )
         if proc.returncode:
@@ -100,14 +112,15 @@ def main() -> int:
         lines.append(f"| {name} | {med:.1f} ({min(values):.1f}-{max(values):.1f}) | {med / peer:.3f} |")
     from mtp_llm.bench.common import cpu_name
 
-    header = (f"{Path(model_path).name}, {len(prompts)} {'chat' if args.chat else 'held-out'} prompts x {args.tokens} "
+    peer_note = "" if peer_model_path == model_path else f" (llama-cpp-python: {Path(peer_model_path).name})"
+    header = (f"{Path(model_path).name}{peer_note}, {len(prompts)} {'chat' if args.chat else 'held-out'} prompts x {args.tokens} "
               f"tokens, greedy, {args.threads} threads, {args.reps} interleaved repetitions; CPU: {cpu_name()}")
     table = header + "\n\n" + "\n".join(lines)
     print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "llama_cpp_python.md").write_text(table + "\n")
-    record = {"model": model_path, "cpu": cpu_name(), "results": results}
+    record = {"model": model_path, "peer_model": peer_model_path, "cpu": cpu_name(), "results": results}
     (out / "llama_cpp_python.json").write_text(json.dumps(record, indent=2) + "\n")
     return 0
 

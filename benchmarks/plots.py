@@ -44,7 +44,6 @@ RECORDED_CPU = {
     "costs.json": "AMD EPYC Zen 4",
     "synthetic": "Intel Xeon",
     "parallel": "AMD EPYC Zen 5",
-    "llama_cpp_python.json": "CPU not recorded",
 }
 
 
@@ -151,7 +150,8 @@ def llama_cpp_python(results: Path, out: Path, plt: Any) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("decode tokens/s (median, min-max)")
     ax.set_xlim(0, max(medians) * 1.35)
-    ax.set_title(f"Same file ({Path(data['model']).name}), {cpu_of(data, 'llama_cpp_python.json')}", fontsize=9)
+    weights = "same trunk weights" if data.get("peer_model", data["model"]) != data["model"] else "same file"
+    ax.set_title(f"{Path(data['model']).name} ({weights}), {cpu_of(data, 'llama_cpp_python.json')}", fontsize=9)
     save(fig, out / "llama-cpp-python.png")
     plt.close(fig)
 

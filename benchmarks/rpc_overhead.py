@@ -57,7 +57,7 @@ def main() -> None:
     endpoints = [e for _, e in servers]
     try:
         for name, path in [
-            ("built-in (hy_v3, 29 MB)", None),
+            ("built-in (SmolLM2-135M-Instruct Q4_1, 108 MB)", None),
             ("synthetic 150M f16 (318 MB)", synthetic_model("150M", None, "f16")),
         ]:
             local_model = Model.load(path) if path else Model.load_default()

@@ -1,4 +1,4 @@
-"""Type stubs for the native engine module (kept in sync by tests/test_package.py)."""
+"""Type stubs for the native engine module (kept in sync by tests/unit/test_package.py)."""
 
 from collections.abc import Callable
 from typing import Any

@@ -67,9 +67,9 @@ class Model:
                 checked (connection and protocol handshake) before loading.
             tensor_split: share of the offloaded layers per device: each server's devices in
                 ``rpc_servers`` order, then local GPUs (None = by free memory).
-            mtp_placement: with ``rpc_servers``: ``"local"`` keeps the MTP head's layers in this
-                process's memory, so drafting needs no network round trip; ``"layers"`` places
-                them like the other layers.
+            mtp_placement: with ``rpc_servers``: ``"local"`` keeps the MTP head's weights in this
+                process's memory (its KV cache follows the last device; ``mtp_device="CPU"``
+                keeps both local); ``"layers"`` places them like the other layers.
             rpc_timeout: seconds to wait for each server's connection and handshake.
             mtp_device: the device for the MTP head's layers and its context's KV cache (a name
                 from :func:`~mtp_llm.list_devices`: ``"CPU"``, ``"CUDA0"``, ``"Vulkan0"``, ...);

@@ -127,8 +127,8 @@ class MTPStats:
     n_draft: int
     """Maximum draft length in effect."""
     mean_accepted_length: float
-    """Tokens committed per drafting verify pass: 1 + drafts_accepted / passes.
-    Equals 1 + acceptance_rate * n_draft when every pass drafts n_draft tokens."""
+    """Tokens committed per verify pass, plain passes included, replays not: 1 + drafts_accepted /
+    (iters - replays). Equals 1 + acceptance_rate * n_draft when every pass drafts n_draft tokens."""
     acceptance_rate_per_position: tuple[float, ...]
     """Per draft position i: acceptances at i / drafts proposed at i. A draft at i is
     accepted only if the drafts before it were, so this reads P(first i+1 drafts all
@@ -163,12 +163,12 @@ class MTPStats:
         forced_accepted = int(c["drafts_forced_accepted"])
         total_us = int(c["t_total_us"])
         named = int(c["t_draft_us"]) + int(c["t_verify_us"]) + int(c["t_sample_us"]) + int(c["t_ckpt_us"])
-        drafting_passes = int(c["iters"]) - int(c["replays"])
+        verify_passes = int(c["iters"]) - int(c["replays"])
         prompt_us = int(c["t_prompt_us"])
         processed = int(c["prompt_tokens"]) - int(c["prompt_tokens_cached"])
         prompt_decoded = processed - int(c["generations"])  # each call's last prompt token: its first step
         drafted_at = [int(x) for x in c["drafted_at"]]
-        length_counts = [drafting_passes - (drafted_at[0] if drafted_at else 0)] + [
+        length_counts = [verify_passes - (drafted_at[0] if drafted_at else 0)] + [
             drafted_at[k] - (drafted_at[k + 1] if k + 1 < len(drafted_at) else 0) for k in range(len(drafted_at))
         ]
         emitted = int(c["tokens_emitted"])
@@ -200,7 +200,7 @@ class MTPStats:
                 total=total_us,
             ),
             n_draft=int(c["n_draft"]),
-            mean_accepted_length=1.0 + accepted / drafting_passes if drafting_passes else 0.0,
+            mean_accepted_length=1.0 + accepted / verify_passes if verify_passes else 0.0,
             acceptance_rate_per_position=tuple(
                 a / d if d else 0.0 for a, d in zip(c["accepted_at"], c["drafted_at"])
             ),

@@ -2,7 +2,7 @@
 # Create the virtual environment and build the package (idempotent, incremental).
 # llama.cpp is fetched once into ~/.cache/mtp_llm; objects are cached by ccache.
 # llama.cpp's converter gets an environment of its own (.venv-convert, scripts/convert-requirements.txt);
-# MTP_LLM_CONVERT_VENV moves it, MTP_LLM_CONVERT_VENV=none skips it (tests/test_converter_sidecars.py then fails).
+# MTP_LLM_CONVERT_VENV moves it, MTP_LLM_CONVERT_VENV=none skips it (tests/integrations/test_converter_sidecars.py then fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${MTP_LLM_VENV:-.venv}"

@@ -79,11 +79,19 @@ SYNTHETIC_PROMPTS = [f"Synthetic model, walk {c}" for c in "abcdefghijklmnop"]
 
 
 def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), for the header of a benchmark's table."""
+    """The CPU's model name with its family and model numbers (``/proc/cpuinfo``; virtual machines often show only
+    "AMD EPYC", which the numbers tell apart), for the header of a benchmark's table."""
+    fields: dict[str, str] = {}
     for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+        key, _, value = line.partition(":")
+        if not key.strip():
+            break  # the first processor's block is enough
+        fields.setdefault(key.strip(), value.strip())
+    if "model name" not in fields:
+        return platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{fields['model name']} (family {fields['cpu family']} model {fields['model']})"
+    return fields["model name"]
 
 
 def run_interleaved(
