@@ -307,7 +307,7 @@ def test_llama_smollm2_trimmed_head(tmp_path: Path) -> None:
     np.testing.assert_allclose(got[:, mask], want[:, mask], rtol=1e-4, atol=1e-3)
     plain = MTP(trimmed, n_draft=0, n_threads=1, n_ctx=256, flash_attn=True)
     text = plain.generate(prompt, max_tokens=16, temp=0)
-    for kw in DRIVERS.values():  # flash attention: greedy MTP == plain on this model (docs/smollm2.md)
+    for kw in DRIVERS.values():  # flash attention: greedy MTP == plain on this model (docs/default-model.md)
         spec = MTP(trimmed, n_draft=3, n_threads=1, n_ctx=256, flash_attn=True, **kw)
         assert spec.generate(prompt, max_tokens=16, temp=0) == text
         assert spec.stats().drafts_generated > 0 and spec.draft_vocab_size == 8192

@@ -159,7 +159,7 @@ def test_mtp_decoding_is_lossless(source: Path, n_draft: int, head: str) -> None
     initial head and with the shipped one (drafts accepted and rejected). Patch 0009 makes the Q4_1 and
     Q8_0 matmuls of a verify pass bit-exact, and the CPU default of flash attention (on) computes each
     query row alone; without it the verify pass's multi-row KQ/KQV matmuls round differently from the
-    one-row pass and answers part from plain decoding at near-ties (docs/smollm2.md)."""
+    one-row pass and answers part from plain decoding at near-ties (docs/default-model.md)."""
     model = Model.load(smollm2.converted_path(None) if head == "initial" else smollm2.built_in_path())
     plain = MTP(model, draft_model=None, n_draft=0, n_threads=THREADS)
     spec = MTP(model, n_draft=n_draft, n_threads=THREADS)
