@@ -1,20 +1,34 @@
 """Fetch the pinned llama.cpp source tree and print its path.
 
 llama.cpp is taken from the llama-cpp-python sdist (its ``vendor/llama.cpp``),
-downloaded with pip from the configured package index, checked against a pinned
-sha256 and unpacked once into a cache directory outside the source tree. The
-patches in ``patches/llama.cpp/`` (listed, with their sha256, in ``PATCHES``) are
-applied to that tree; a stamp file records which, so a changed patch set unpacks
-a pristine tree again. A user's own tree (MTP_LLM_LLAMA_CPP_DIR) is never patched.
+checked against a pinned sha256 and unpacked once into a cache directory outside
+the source tree. The pristine tree comes from, in this order:
+
+1. the sdist already in the cache (the whole ``vendor/llama.cpp``);
+2. the vendored tree ``third_party/llama.cpp-<version>-<sha>/`` of this source tree
+   (an mtp_llm sdist ships it): only what the build reads, each file checked
+   against the tree's ``SHA256SUMS``; no download;
+3. a download with pip from the configured package index, unless
+   ``MTP_LLM_OFFLINE=1`` forbids it.
+
+The patches in ``patches/llama.cpp/`` (listed, with their sha256, in ``PATCHES``)
+are applied to that tree; a stamp file records which, so a changed patch set
+unpacks a pristine tree again. A user's own tree (MTP_LLM_LLAMA_CPP_DIR) is never
+patched.
 
 Usage: python fetch_llama_cpp.py [CACHE_DIR]
-Environment: MTP_LLM_CACHE_DIR overrides the cache location.
+       python fetch_llama_cpp.py --vendor DIR   (write the pristine build subset and
+                                                its SHA256SUMS to DIR/llama.cpp-<version>-<sha>/)
+Environment: MTP_LLM_CACHE_DIR overrides the cache location; MTP_LLM_OFFLINE=1
+forbids the download.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -25,6 +39,19 @@ SDIST_NAME = "llama-cpp-python"
 SDIST_VERSION = "0.3.36"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 VENDOR_PREFIX = f"llama_cpp_python-{SDIST_VERSION}/vendor/llama.cpp/"
+TREE_NAME = f"llama.cpp-{SDIST_VERSION}-{SDIST_SHA256[:12]}"
+
+ROOT = Path(__file__).resolve().parent.parent
+# The vendored pristine tree of an sdist (scripts/build_sdist.sh writes it; .gitignored in a clone).
+VENDORED_DIR = ROOT / "third_party"
+MANIFEST = "SHA256SUMS"
+# What the build reads of the tree: llama.cpp's top CMakeLists.txt adds ggml, src, vendor and common
+# (tests, tools, examples, pocs and app are off), includes cmake/ and embeds LICENSE; licenses/ holds
+# the licence of a vendored library.
+VENDOR_FILES = ("CMakeLists.txt", "LICENSE")
+VENDOR_DIRS = ("cmake", "include", "src", "common", "ggml", "vendor", "licenses")
+# The sha256 of that subset's SHA256SUMS: a vendored tree is exactly this part of the pinned sdist.
+VENDOR_MANIFEST_SHA256 = "06292f706e3bbf87999a43a436aad80e231b0b962c69094cd60ee77a07f4af64"
 
 PATCH_DIR = Path(__file__).resolve().parent.parent / "patches" / "llama.cpp"
 # Applied in this order; each file must have this sha256 (see patches/README.md).
@@ -48,6 +75,8 @@ PATCHES: dict[str, str] = {
     "0018-small-batch-grouped-columns.patch": "f1824918a4f4210dc63272ef30c85b044c8cd4dc2ebc1a001b0be6ec9be4d62a",
     "0019-greedy-grammar-resample.patch": "8c24bff22c7d909ad78a12a1bf6115640abed358a7d1a6e6fd624b94e1bf1777",
     "0020-flash-attn-blocked-rows.patch": "1552f74fbd2e8af4436994b35e011ba3b56e26f4641bac4dee05ecd7e25c6935",
+    "0021-cpu-variant-subset.patch": "8ad8a5d707cbe25f33c4f718853fcd0bf6fdc2b6c0fba7312ad53abe50567a4f",
+    "0022-avx-only-exact-columns.patch": "33b04d5c5df89e2626bab5c5ecb00d25f9434d4b3e4b9c7b9ded6874e3d98d10",
 }
 STAMP = ".mtp_llm_patches"
 
@@ -68,10 +97,33 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download_sdist(dest: Path) -> Path:
+def offline() -> bool:
+    """MTP_LLM_OFFLINE=1 (or true, yes, on) forbids the download."""
+    return os.environ.get("MTP_LLM_OFFLINE", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def cached_sdist(dest: Path) -> Path | None:
+    """The pinned sdist in the cache directory `dest`, when it is there with the pinned sha256."""
     archive = dest / f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
     if archive.exists() and sha256_of(archive) == SDIST_SHA256:
         return archive
+    return None
+
+
+def download_sdist(dest: Path) -> Path:
+    archive = cached_sdist(dest)
+    if archive is not None:
+        return archive
+    if offline():
+        raise SystemExit(
+            f"MTP_LLM_OFFLINE is set and llama.cpp's source is not here: {ROOT} has no "
+            f"third_party/{TREE_NAME}/ (an mtp_llm sdist ships it) and {dest} has no "
+            f"llama_cpp_python-{SDIST_VERSION}.tar.gz (sha256 {SDIST_SHA256}). Install from an "
+            f"mtp_llm sdist, run `python cmake/fetch_llama_cpp.py` once with network access (or copy "
+            f"that file into {dest}), or set MTP_LLM_LLAMA_CPP_DIR to a patched llama.cpp tree."
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = dest / f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
     with tempfile.TemporaryDirectory(dir=dest) as tmp:
         # --no-build-isolation: only the metadata step runs, with no build
         # dependencies compiled from source.
@@ -91,21 +143,120 @@ def download_sdist(dest: Path) -> Path:
     return archive
 
 
-def unpack_vendor_tree(archive: Path, target: Path) -> None:
+def in_vendor_subset(name: str) -> bool:
+    """Whether `name` (relative to llama.cpp's root, POSIX) is part of what the build reads."""
+    top, _, rest = name.partition("/")
+    return (top in VENDOR_FILES and not rest) or (top in VENDOR_DIRS and bool(rest))
+
+
+def fresh_dir(target: Path) -> Path:
+    """An empty ``<target>.partial`` beside `target`: filled, then renamed into place."""
     partial = target.with_name(target.name + ".partial")
     if partial.exists():
-        import shutil
-
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
+    return partial
+
+
+def replace_dir(partial: Path, target: Path) -> None:
+    if target.exists():
+        shutil.rmtree(target)
+    partial.rename(target)
+
+
+def unpack_vendor_tree(archive: Path, target: Path, subset: bool = False) -> None:
+    """Unpack the sdist's ``vendor/llama.cpp`` into `target`: all of it, or (`subset`) what the build
+    reads, with its SHA256SUMS."""
+    partial = fresh_dir(target)
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
             if not member.name.startswith(VENDOR_PREFIX):
                 continue
             member.name = member.name[len(VENDOR_PREFIX):]
-            if member.name:
+            if member.name and (not subset or in_vendor_subset(member.name)):
                 tar.extract(member, partial, filter="data")
-    partial.rename(target)
+    if subset:
+        manifest = manifest_of(partial)
+        digest = hashlib.sha256(manifest.encode()).hexdigest()
+        if digest != VENDOR_MANIFEST_SHA256:
+            raise SystemExit(
+                f"the build subset's {MANIFEST} has sha256 {digest}, expected {VENDOR_MANIFEST_SHA256}: "
+                f"update VENDOR_MANIFEST_SHA256 after changing VENDOR_FILES or VENDOR_DIRS"
+            )
+        (partial / MANIFEST).write_text(manifest)
+    replace_dir(partial, target)
+
+
+def tree_files(tree: Path) -> list[str]:
+    """Every file and symlink below `tree` (POSIX paths relative to it), sorted, the manifest left out."""
+    names = []
+    for dirpath, _, filenames in os.walk(tree):
+        for filename in filenames:
+            names.append((Path(dirpath) / filename).relative_to(tree).as_posix())
+    return sorted(name for name in names if name != MANIFEST)
+
+
+def manifest_of(tree: Path) -> str:
+    """``sha256sum``'s format: one ``<sha256>  <path>`` line per file, sorted by path."""
+    return "".join(f"{sha256_of(tree / name)}  {name}\n" for name in tree_files(tree))
+
+
+def write_vendor_tree(out_dir: Path, cache_dir: Path) -> Path:
+    """Write the pristine build subset of the pinned tree and its SHA256SUMS to ``out_dir/TREE_NAME``."""
+    target = out_dir / TREE_NAME
+    out_dir.mkdir(parents=True, exist_ok=True)
+    unpack_vendor_tree(download_sdist(cache_dir), target, subset=True)
+    return target
+
+
+def verify_vendored_tree(tree: Path) -> None:
+    """Check every file of a vendored tree against its SHA256SUMS; no file missing, none unlisted."""
+    manifest = tree / MANIFEST
+    advice = (
+        f"Unpack the mtp_llm sdist again, or delete {tree} to have the pinned llama-cpp-python "
+        f"sdist downloaded instead."
+    )
+    if not manifest.is_file():
+        raise SystemExit(f"the vendored llama.cpp tree {tree} has no {MANIFEST}. {advice}")
+    digest = sha256_of(manifest)
+    if digest != VENDOR_MANIFEST_SHA256:
+        raise SystemExit(
+            f"{manifest} has sha256 {digest}, expected {VENDOR_MANIFEST_SHA256} (the build subset of "
+            f"llama-cpp-python {SDIST_VERSION}). {advice}"
+        )
+    expected: dict[str, str] = {}
+    for number, line in enumerate(manifest.read_text().splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64 or not name:
+            raise SystemExit(f"{manifest}, line {number}: not '<sha256>  <path>'. {advice}")
+        expected[name] = digest
+    present = set(tree_files(tree))
+    problems = [f"{name}: missing" for name in sorted(expected.keys() - present)]
+    problems += [f"{name}: not listed in {MANIFEST}" for name in sorted(present - expected.keys())]
+    for name in sorted(expected.keys() & present):
+        path = tree / name
+        if path.is_symlink() or not path.is_file():
+            problems.append(f"{name}: not a regular file")
+            continue
+        digest = sha256_of(path)
+        if digest != expected[name]:
+            problems.append(f"{name}: sha256 {digest}, expected {expected[name]}")
+    if problems:
+        shown = "\n  ".join(problems[:10])
+        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise SystemExit(
+            f"the vendored llama.cpp tree {tree} does not match its {MANIFEST} "
+            f"({len(problems)} problem(s)):\n  {shown}{more}\n{advice}"
+        )
+
+
+def copy_vendored_tree(tree: Path, target: Path) -> None:
+    """Copy a verified vendored tree (its manifest left out) to `target`."""
+    partial = fresh_dir(target)
+    for name in tree_files(tree):
+        (partial / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tree / name, partial / name)
+    replace_dir(partial, target)
 
 
 def patch_stamp() -> str:
@@ -137,27 +288,39 @@ def apply_patch_files(tree: Path, patches: list[Path]) -> None:
         subprocess.run(cmd, cwd=tree, check=True, stdout=sys.stderr)
 
 
-def ensure_llama_cpp(cache_dir: Path) -> Path:
-    target = cache_dir / f"llama.cpp-{SDIST_VERSION}-{SDIST_SHA256[:12]}"
+def ensure_llama_cpp(cache_dir: Path, vendored_dir: Path = VENDORED_DIR) -> Path:
+    target = cache_dir / TREE_NAME
     stamp = patch_stamp()
     stamp_file = target / STAMP
     applied = stamp_file.read_text() if stamp_file.exists() else ""
     if (target / "include" / "llama.h").exists() and applied == stamp:
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    archive = download_sdist(cache_dir)
-    if target.exists():
-        # Another patch set was applied: start again from the pristine tree (same path,
-        # so the compiler cache still serves every unchanged file).
-        import shutil
-
-        shutil.rmtree(target)
-    unpack_vendor_tree(archive, target)
+    # The sdist in the cache first: the whole tree (the tests read its chat templates and converter).
+    archive = cached_sdist(cache_dir)
+    vendored = vendored_dir / TREE_NAME
+    # A tree with another patch set is replaced by a pristine one at the same path, so the
+    # compiler cache still serves every unchanged file.
+    if archive is None and vendored.is_dir():
+        verify_vendored_tree(vendored)
+        print(f"mtp_llm: llama.cpp from the vendored tree {vendored}", file=sys.stderr)
+        copy_vendored_tree(vendored, target)
+    else:
+        unpack_vendor_tree(archive or download_sdist(cache_dir), target)
     apply_patches(target)
     stamp_file.write_text(stamp)
     return target
 
 
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("cache_dir", nargs="?", type=Path, help="default: $MTP_LLM_CACHE_DIR, else <cache>/mtp_llm")
+    parser.add_argument("--vendor", type=Path, metavar="DIR",
+                        help=f"write the pristine build subset and its {MANIFEST} to DIR/{TREE_NAME}/")
+    args = parser.parse_args(argv)
+    cache = args.cache_dir or default_cache_dir()
+    print(write_vendor_tree(args.vendor, cache) if args.vendor else ensure_llama_cpp(cache))
+
+
 if __name__ == "__main__":
-    cache = Path(sys.argv[1]) if len(sys.argv) > 1 else default_cache_dir()
-    print(ensure_llama_cpp(cache))
+    main()

@@ -14,6 +14,7 @@
 #include "parity.hpp"
 #include "scoring.hpp"
 #include "rpc.hpp"
+#include "cpu_backend.hpp"
 #include "runtime.hpp"
 #include "session.hpp"
 
@@ -148,10 +149,30 @@ PYBIND11_MODULE(_core, m) {
             e["backend"] = d.backend;
             e["memory_free"] = d.memory_free;
             e["memory_total"] = d.memory_total;
+            e["variant"] = d.type == "cpu" ? mtp::cpu_backend_info().variant : std::string();
             out.append(e);
         }
         return out;
-    }, "ggml's devices with their type, backend and memory in bytes.");
+    }, "ggml's devices with their type, backend, memory in bytes and, for the CPU, the variant loaded.");
+    m.def("cpu_backend", [] {
+        mtp::ensure_backend();
+        const mtp::CpuBackendInfo & info = mtp::cpu_backend_info();
+        py::dict out;
+        out["runtime_variants"] = info.runtime_variants;
+        out["variant"] = info.variant;
+        out["path"] = info.path;
+        out["built"] = info.built;
+        py::dict scores, features;
+        for (const auto & [tag, score] : info.scores) {
+            scores[py::str(tag)] = score;
+        }
+        for (const auto & [name, value] : info.features) {
+            features[py::str(name)] = value;
+        }
+        out["scores"] = scores;
+        out["features"] = features;
+        return out;
+    }, "ggml's CPU backend: the variant loaded, its file, the variants built with their scores here, its features.");
     m.def("has_gpu", [] { mtp::ensure_backend(); return mtp::has_accelerator(); },
           "A GPU or integrated-GPU device is there to offload layers to.");
     m.def("other_runnable_threads", &mtp::other_runnable_threads, py::arg("readings") = 1,

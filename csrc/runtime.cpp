@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 
+#include "cpu_backend.hpp"
 #include "errors.hpp"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
@@ -53,6 +54,7 @@ struct BackendInit {
         llama_log_set(log_callback, nullptr);
         common_log_set_verbosity_thold(std::getenv("MTP_LLM_VERBOSE") ? LOG_LEVEL_INFO : -1);
         g_log_echo.store(std::getenv("MTP_LLM_VERBOSE") != nullptr);
+        load_backend_modules();
         llama_backend_init();
     }
 };
@@ -77,7 +79,7 @@ ggml_threadpool * take_pool(int32_t n_threads) {
         }
     }
     ggml_threadpool_params params = ggml_threadpool_params_default(n_threads);
-    ggml_threadpool * pool = ggml_threadpool_new(&params);
+    ggml_threadpool * pool = new_cpu_threadpool(&params);
     if (!pool) {
         fail(ErrorKind::ModelLoad, "could not start " + std::to_string(n_threads) + " compute threads");
     }

@@ -27,7 +27,7 @@ from .errors import (
     SessionBusyError,
     ToolSchemaError,
 )
-from .devices import Device, GPUUnavailableWarning, list_backends, list_devices
+from .devices import CPUBackend, Device, GPUUnavailableWarning, cpu_backend, list_backends, list_devices
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TextScore, TokenEvent
 from .model import MTP_ARCHITECTURES, Model
 from .options import DraftLength, GenerationOptions, SessionOptions
@@ -45,6 +45,7 @@ __all__ = [
     "ChatTemplateError",
     "ContextOverflowError",
     "DecodeError",
+    "CPUBackend",
     "Device",
     "GPUUnavailableWarning",
     "DoneEvent",
@@ -72,6 +73,7 @@ __all__ = [
     "TextScore",
     "TokenEvent",
     "ToolSchemaError",
+    "cpu_backend",
     "list_backends",
     "list_devices",
 ]

@@ -144,7 +144,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from .devices import list_backends, list_devices
+    from .devices import cpu_backend, list_backends, list_devices
 
     model = _load_model(args)
     sidecar = model.sidecar_path
@@ -166,6 +166,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         "tool_calls": _tool_path(model),
         "backends": list_backends(),
         "devices": [asdict(d) for d in list_devices()],
+        "cpu_backend": asdict(cpu_backend()),
     }
     print(json.dumps(info, indent=2))
     return 0

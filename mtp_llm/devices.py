@@ -28,6 +28,38 @@ class Device:
     """Bytes free now (as the backend reports it)."""
     memory_total: int
     """Bytes in all."""
+    variant: str = ""
+    """For the CPU: the variant of ggml's CPU backend that runs ("zen4", "haswell", ...; "static" in a build for
+    one CPU); "" for other devices."""
+
+
+@dataclass(frozen=True)
+class CPUBackend:
+    """ggml's CPU backend in this process. A wheel ships one build of it per instruction-set level (ggml's variants,
+    named after the first CPU that had them) and loads the best one this machine runs."""
+
+    variant: str
+    """The variant loaded ("zen4", "icelake", "haswell", "sse42", "armv8.2_2", ...), or "static" where the
+    extension was built for one CPU (``-DGGML_NATIVE=ON``) and carries its backend inside."""
+    path: str
+    """The variant's library; "" for a static build."""
+    runtime_variants: bool
+    """Whether the variant was chosen at run time."""
+    built: tuple[str, ...]
+    """The variants this build ships."""
+    scores: dict[str, int]
+    """ggml's score of each shipped variant on this machine; 0 where the CPU (or the OS) lacks its instructions."""
+    features: dict[str, str]
+    """The loaded backend's feature list (``AVX2``, ``AVX512_VNNI``, ``REPACK``, ...), as ggml reports it."""
+
+
+def cpu_backend() -> CPUBackend:
+    """Which build of ggml's CPU backend runs here (``MTP_LLM_CPU_VARIANT=haswell`` forces one, for testing)."""
+    info = _core.cpu_backend()
+    return CPUBackend(
+        variant=str(info["variant"]), path=str(info["path"]), runtime_variants=bool(info["runtime_variants"]),
+        built=tuple(info["built"]), scores=dict(info["scores"]), features=dict(info["features"]),
+    )
 
 
 def list_backends() -> list[str]:
@@ -45,4 +77,4 @@ def has_gpu() -> bool:
     return bool(_core.has_gpu())
 
 
-__all__ = ["Device", "GPUUnavailableWarning", "has_gpu", "list_backends", "list_devices"]
+__all__ = ["CPUBackend", "Device", "GPUUnavailableWarning", "cpu_backend", "has_gpu", "list_backends", "list_devices"]

@@ -248,6 +248,12 @@ class MTP:
         return {name: sorted(devs, key=lambda d: d != "CPU") for name, devs in self._native.devices.items()}
 
     @property
+    def cpu_variant(self) -> str:
+        """The variant of ggml's CPU backend this session computes with on the CPU ("zen4", "haswell", ...;
+        "static" in a build for one CPU): :func:`mtp_llm.cpu_backend` says why."""
+        return str(_core.cpu_backend()["variant"])
+
+    @property
     def n_threads(self) -> int:
         """Compute threads each decode runs on (``n_threads``, or every core when it is unset)."""
         return int(self._native.n_threads)

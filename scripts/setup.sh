@@ -3,6 +3,7 @@
 # llama.cpp is fetched once into ~/.cache/mtp_llm; objects are cached by ccache.
 # llama.cpp's converter gets an environment of its own (.venv-convert, scripts/convert-requirements.txt);
 # MTP_LLM_CONVERT_VENV moves it, MTP_LLM_CONVERT_VENV=none skips it (tests/integrations/test_converter_sidecars.py then fails).
+# MTP_LLM_BUILD_DIR gives another build directory (a second build beside the default one, e.g. CMAKE_ARGS=-DGGML_NATIVE=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${MTP_LLM_VENV:-.venv}"
@@ -19,7 +20,9 @@ fi
 PY="$VENV/bin/python"
 "$PY" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "pybind11>=2.12" ninja "cmake>=3.21"
 start=$(date +%s)
-"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation -e ".[$EXTRAS]"
+BUILD_DIR_ARGS=()
+[ -z "${MTP_LLM_BUILD_DIR:-}" ] || BUILD_DIR_ARGS=(-C "build-dir=$MTP_LLM_BUILD_DIR")
+"$PY" -m pip install -q --disable-pip-version-check --no-build-isolation "${BUILD_DIR_ARGS[@]}" -e ".[$EXTRAS]"
 echo "setup: package built and installed in $(( $(date +%s) - start ))s" >&2
 
 CONVERT_VENV="${MTP_LLM_CONVERT_VENV:-.venv-convert}"

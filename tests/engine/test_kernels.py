@@ -1,11 +1,10 @@
 """The CPU kernels of the ggml patch set (patches/llama.cpp) against a double-precision reference.
 
-`benchmarks/small_batch_matmul.cpp check` is compiled against the static ggml libraries this package was built
-with and multiplies f32 / f16 / q8_0 / q4_0 / q4_1 weights by 1..16 activation columns (the one-row path of plain decoding
-and every verify width), 1 and 2 threads, odd block counts and row counts that no tile divides. A patch that
+`benchmarks/small_batch_matmul.cpp check` is compiled against the ggml this package was built with (each CPU
+variant this machine runs, or the static libraries of a build for one CPU) and multiplies f32 / f16 / q8_0 / q4_0 /
+q4_1 weights by 1..16 activation columns (the one-row path of plain decoding and every verify width), 1 and 2 threads, odd block counts and row counts that no tile divides. A patch that
 prefetches the wrong rows or splits the rows between threads wrongly shows up here as a wrong product, before
-any model test sees a changed token. Other CPUs' builds run it too: `scripts/check_avx2.sh` (AVX2-only x86) and
-`scripts/check_aarch64.sh` (aarch64 cross-build under qemu-user).
+any model test sees a changed token. `scripts/check_aarch64.sh` runs it on an aarch64 cross-build under qemu-user.
 """
 
 from __future__ import annotations
@@ -23,16 +22,19 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "benchmarks" / "small_batch_matmul.cpp"
 
 
-def _ggml_static_libs() -> tuple[Path, list[Path]]:
-    """The fetched tree's include dir and the CPU build's three ggml archives (the build keyed by compiler only)."""
+def _fetched_tree() -> Path:
     if os.environ.get("MTP_LLM_LLAMA_CPP_DIR"):
         pytest.skip("built against a user's own llama.cpp tree (MTP_LLM_LLAMA_CPP_DIR): the patch set is not applied")
-    tree = Path(
+    return Path(
         subprocess.run(
             [sys.executable, str(ROOT / "cmake" / "fetch_llama_cpp.py")], check=True, capture_output=True, text=True
         ).stdout.strip()
     )
-    if os.environ.get("MTP_LLM_GGML_BUILD"):  # another CPU build's directory (scripts/check_avx2.sh)
+
+
+def _ggml_static_libs(tree: Path) -> list[str]:
+    """A static build's three ggml archives (the build keyed by compiler only, or MTP_LLM_GGML_BUILD's)."""
+    if os.environ.get("MTP_LLM_GGML_BUILD"):  # another static build's directory
         builds = [Path(os.environ["MTP_LLM_GGML_BUILD"])]
     else:
         builds = sorted(
@@ -42,19 +44,49 @@ def _ggml_static_libs() -> tuple[Path, list[Path]]:
     src = builds[-1] / "ggml" / "src"
     libs = [src / "libggml.a", src / "libggml-cpu.a", src / "libggml-base.a"]
     assert all(lib.exists() for lib in libs), f"ggml static libraries missing under {src}"
-    return tree / "ggml" / "include", libs
+    return ["-Wl,--start-group", *map(str, libs), "-Wl,--end-group"]
 
 
-def test_patched_matmul_kernels_match_a_double_precision_reference(tmp_path: Path) -> None:
-    include, libs = _ggml_static_libs()
+# Besides the loaded variant, one per kernel family below AVX-512: AVX2 (haswell) and AVX without AVX2 (sandybridge,
+# where tinyBLAS's kernels differ). Each takes about 100 s here; MTP_LLM_KERNEL_VARIANTS=all checks every variant.
+DEFAULT_EXTRA_VARIANTS = ["haswell", "sandybridge"]
+
+
+def _variants_runnable_here() -> list[str]:
+    """The CPU variants to check that this build ships and this machine runs (["static"] for a build for one CPU):
+    MTP_LLM_KERNEL_VARIANTS=a,b or all, else the loaded one and DEFAULT_EXTRA_VARIANTS."""
+    from mtp_llm import cpu_backend
+
+    backend = cpu_backend()
+    if not backend.runtime_variants or os.environ.get("MTP_LLM_GGML_BUILD"):
+        return ["static"]
+    runnable = [tag for tag, score in backend.scores.items() if score > 0]
+    wanted = [v for v in os.environ.get("MTP_LLM_KERNEL_VARIANTS", "").split(",") if v]
+    if wanted == ["all"]:
+        return runnable
+    return [v for v in runnable if v in (wanted or [backend.variant, *DEFAULT_EXTRA_VARIANTS])]
+
+
+def _link_args(tree: Path, variant: str) -> list[str]:
+    if variant == "static":
+        return _ggml_static_libs(tree)
+    from mtp_llm import cpu_backend
+
+    package = Path(cpu_backend().path).parent
+    return [str(package / "libmtp_ggml-base.so"), str(package / f"libggml-cpu-{variant}.so"), f"-Wl,-rpath,{package}"]
+
+
+@pytest.mark.parametrize("variant", _variants_runnable_here())
+def test_patched_matmul_kernels_match_a_double_precision_reference(variant: str, tmp_path: Path) -> None:
+    tree = _fetched_tree()
     # Another CPU's build (scripts/check_aarch64.sh): its compiler and how to run its binaries (qemu-user).
     cross = os.environ.get("MTP_LLM_KERNEL_CXX", "").split()
     cxx = cross or [os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or ""]
     assert cxx[0], "a C++ compiler is needed to build the kernel check"
     exe = tmp_path / "small_batch_matmul"
     subprocess.run(
-        [*cxx, "-O2", "-std=c++17", str(HARNESS), f"-I{include}", "-Wl,--start-group", *map(str, libs),
-         "-Wl,--end-group", "-lpthread", "-o", str(exe)],
+        [*cxx, "-O2", "-std=c++17", str(HARNESS), f"-I{tree / 'ggml' / 'include'}", *_link_args(tree, variant),
+         "-lpthread", "-o", str(exe)],
         check=True,
     )
     runner = os.environ.get("MTP_LLM_KERNEL_RUNNER", "").split()

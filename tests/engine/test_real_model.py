@@ -222,7 +222,7 @@ def test_an_automatic_session_keeps_the_whole_prompt_in_the_head() -> None:
 def test_cli_generate_runs_the_built_in_model() -> None:
     """What the main job runs (`scripts/main.sh`): a chat question to the built-in model, with MTP.
     The greedy wording depends on the CPU's kernels (rounding of the Q4_1 matmuls): an AVX-512 build
-    says "Rayleigh scattering" within 24 tokens, an AVX2-only build (scripts/check_avx2.sh) starts
+    says "Rayleigh scattering" within 24 tokens, the haswell (AVX2) variant (scripts/check_avx2.sh) starts
     with "...the human perception of light"; both answer the question."""
     import json
     import subprocess

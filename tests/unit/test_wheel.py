@@ -34,11 +34,22 @@ def tracked_package_files() -> set[str]:
     return set(listed.stdout.split())
 
 
-def test_the_wheel_holds_the_tracked_package_and_the_extension(wheel_files: list[str]) -> None:
+def built_libraries() -> set[str]:
+    """What a build with run-time CPU variants puts beside the extension: llama.cpp's shared libraries under the
+    package's own names and one CPU backend per variant built (cmake/cpu_variants.py's list for this machine)."""
+    sys.path.insert(0, str(ROOT / "cmake"))
+    import cpu_variants
+
+    variants = cpu_variants.variants_to_build(cpu_variants.platform.machine(), "all", "cc", amx=False)
+    shared = {f"mtp_llm/libmtp_{name}.so" for name in ("ggml-base", "ggml", "llama", "llama-common")}
+    return shared | {f"mtp_llm/libggml-cpu-{variant}.so" for variant in variants}
+
+
+def test_the_wheel_holds_the_tracked_package_the_extension_and_the_cpu_variants(wheel_files: list[str]) -> None:
     package = {name for name in wheel_files if not name.startswith("mtp_llm-")}
     extension = {name for name in package if name.startswith("mtp_llm/_core.") and name.endswith((".so", ".pyd"))}
     assert len(extension) == 1, extension
-    assert package - extension == tracked_package_files()
+    assert package - extension == tracked_package_files() | built_libraries()
     assert all(name.startswith("mtp_llm-0.1.0.dist-info/") for name in wheel_files if name.startswith("mtp_llm-"))
 
 
