@@ -19,7 +19,7 @@ echo "build_wheel: wheel built from $sdist in $(( $(date +%s) - start ))s" >&2
 wheel=$(ls "$raw"/mtp_llm-*.whl)
 # The package's own shared libraries sit beside the extension (RUNPATH $ORIGIN): keep them there, ungrafted.
 mkdir -p wheelhouse
-"$VENV/bin/auditwheel" repair --exclude 'libmtp_*.so' --exclude 'libggml-*.so' -w wheelhouse "$wheel" >&2
+PATH="$(pwd)/$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair --exclude 'libmtp_*.so' --exclude 'libggml-*.so' -w wheelhouse "$wheel" >&2
 repaired=$(ls -t wheelhouse/mtp_llm-*manylinux*.whl | head -n 1)
 "$PY" - "$repaired" <<'EOF'
 import sys, zipfile
