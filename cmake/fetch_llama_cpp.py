@@ -77,6 +77,7 @@ PATCHES: dict[str, str] = {
     "0020-flash-attn-blocked-rows.patch": "1552f74fbd2e8af4436994b35e011ba3b56e26f4641bac4dee05ecd7e25c6935",
     "0021-cpu-variant-subset.patch": "8ad8a5d707cbe25f33c4f718853fcd0bf6fdc2b6c0fba7312ad53abe50567a4f",
     "0022-avx-only-exact-columns.patch": "33b04d5c5df89e2626bab5c5ecb00d25f9434d4b3e4b9c7b9ded6874e3d98d10",
+    "0023-arm-exact-wide-verify.patch": "2592a3812f48fc3ec0ad9b978460d019464aa2e6181146a39af436d0d4edb303",
 }
 STAMP = ".mtp_llm_patches"
 
