@@ -17,30 +17,26 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Upstream's variants (ggml/src/CMakeLists.txt), lowest first, with the instruction sets each needs as /proc/cpuinfo
-# names them. The score order is the list order: each needs everything an earlier variant of its line needs.
+# Upstream's variants (ggml/src/CMakeLists.txt) with the instruction sets each needs, as /proc/cpuinfo names them.
+_AVX = ("sse4_2", "avx")
+_AVX2 = (*_AVX, "f16c", "fma", "avx2", "bmi2")
+_AVX512 = (*_AVX2, "avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")
+_ZEN4 = (*_AVX512, "avx512vbmi", "avx512_vnni", "avx512_bf16")
 X86_VARIANTS: dict[str, tuple[str, ...]] = {
     "x64": (),
     "sse42": ("sse4_2",),
-    "sandybridge": ("sse4_2", "avx"),
-    "ivybridge": ("sse4_2", "avx", "f16c"),
-    "piledriver": ("sse4_2", "avx", "f16c", "fma"),
-    "haswell": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2"),
-    "alderlake": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx_vnni"),
-    "skylakex": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
-                 "avx512bw"),
-    "cannonlake": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
-                   "avx512bw", "avx512vbmi"),
-    "cascadelake": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
-                    "avx512bw", "avx512_vnni"),
-    "icelake": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
-                "avx512bw", "avx512vbmi", "avx512_vnni"),
-    "cooperlake": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
-                   "avx512bw", "avx512_vnni", "avx512_bf16"),
-    "zen4": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
-             "avx512bw", "avx512vbmi", "avx512_vnni", "avx512_bf16"),
-    "sapphirerapids": ("sse4_2", "avx", "f16c", "fma", "avx2", "bmi2", "avx512f", "avx512cd", "avx512vl", "avx512dq",
-                       "avx512bw", "avx512vbmi", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8"),
+    "sandybridge": _AVX,
+    "ivybridge": (*_AVX, "f16c"),
+    "piledriver": (*_AVX, "f16c", "fma"),
+    "haswell": _AVX2,
+    "alderlake": (*_AVX2, "avx_vnni"),
+    "skylakex": _AVX512,
+    "cannonlake": (*_AVX512, "avx512vbmi"),
+    "cascadelake": (*_AVX512, "avx512_vnni"),
+    "icelake": (*_AVX512, "avx512vbmi", "avx512_vnni"),
+    "cooperlake": (*_AVX512, "avx512_vnni", "avx512_bf16"),
+    "zen4": _ZEN4,
+    "sapphirerapids": (*_ZEN4, "amx_tile", "amx_int8"),
 }
 # ggml's scores (cpu-feats.cpp): 1 plus a bit per instruction set the variant was compiled for.
 X86_WEIGHTS = {

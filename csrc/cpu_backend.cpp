@@ -7,7 +7,6 @@
 
 #include "errors.hpp"
 #include "ggml-backend.h"
-#include "ggml-cpu.h"
 
 #ifdef GGML_BACKEND_DL
 #include <dirent.h>

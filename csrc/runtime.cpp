@@ -17,7 +17,6 @@
 #include "cpu_backend.hpp"
 #include "errors.hpp"
 #include "ggml-backend.h"
-#include "ggml-cpu.h"
 #include "llama.h"
 #include "log.h"
 

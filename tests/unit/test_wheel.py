@@ -36,11 +36,12 @@ def tracked_package_files() -> set[str]:
 
 def built_libraries() -> set[str]:
     """What a build with run-time CPU variants puts beside the extension: llama.cpp's shared libraries under the
-    package's own names and one CPU backend per variant built (cmake/cpu_variants.py's list for this machine)."""
-    sys.path.insert(0, str(ROOT / "cmake"))
-    import cpu_variants
+    package's own names and one CPU backend per variant built (the wheel is built as the installed package was)."""
+    from mtp_llm import cpu_backend
 
-    variants = cpu_variants.variants_to_build(cpu_variants.platform.machine(), "all", "cc", amx=False)
+    variants = cpu_backend().built
+    if not variants:
+        return set()
     shared = {f"mtp_llm/libmtp_{name}.so" for name in ("ggml-base", "ggml", "llama", "llama-common")}
     return shared | {f"mtp_llm/libggml-cpu-{variant}.so" for variant in variants}
 
