@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string_view>
 #include <unordered_map>
@@ -294,6 +295,34 @@ void check_draft_vocab(GgufInfo & info, const gguf_context * ctx, const ggml_con
     info.n_vocab_draft = n;
 }
 
+// A file shorter than its header says (an interrupted download or copy): llama.cpp would report one
+// tensor "not within the file bounds", or the draft vocabulary check read past the end.
+void check_file_size(const gguf_context * ctx, const std::string & path) {
+    size_t end = gguf_get_data_offset(ctx);
+    for (int64_t i = 0; i < gguf_get_n_tensors(ctx); ++i) {
+        end = std::max(end, gguf_get_data_offset(ctx) + gguf_get_tensor_offset(ctx, i) + gguf_get_tensor_size(ctx, i));
+    }
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!ec && size < end) {
+        fail(ErrorKind::ModelLoad, "'" + path + "' is truncated: " + std::to_string(size) + " bytes of the " +
+                                       std::to_string(end) + " its header describes (an incomplete download or "
+                                       "copy): download or copy it again");
+    }
+}
+
+// A file of MTP head tensors alone, without the trunk's vocabulary (the head the package ships, which
+// mtp_llm.smollm2 embeds into its trunk): neither a model nor a sidecar llama.cpp can load.
+void check_not_head_only(const GgufInfo & info, const gguf_context * ctx, const std::string & path) {
+    if (info.n_vocab == 0 && info.n_nextn > 0 && !info.has_trunk && split_count(ctx) <= 1 &&
+        gguf_find_tensor(ctx, "token_embd.weight") < 0) {
+        fail(ErrorKind::ModelLoad,
+             "'" + path + "' holds only an MTP head's tensors (no trunk, no vocabulary): it is not a model, nor a "
+             "sidecar to pass as draft_model (a sidecar carries its trunk's vocabulary: `mtp-llm draft-head "
+             "MODEL` writes one from a model with an embedded head)");
+    }
+}
+
 // Which parts of the model a file's tensors hold (a split GGUF's later files add theirs).
 void add_tensor_facts(GgufInfo & info, const gguf_context * ctx) {
     info.has_trunk = info.has_trunk || gguf_find_tensor(ctx, "blk.0.attn_norm.weight") >= 0;
@@ -305,6 +334,7 @@ void add_tensor_facts(GgufInfo & info, const gguf_context * ctx) {
 }  // namespace
 
 GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, const std::string & path) {
+    check_file_size(ctx, path);
     check_tensor_types(meta, path);
 
     GgufInfo info;
@@ -335,6 +365,7 @@ GgufInfo read_gguf_info(const gguf_context * ctx, const ggml_context * meta, con
         }
     }
     add_tensor_facts(info, ctx);
+    check_not_head_only(info, ctx, path);
     check_draft_vocab(info, ctx, meta, path);
     return info;
 }
@@ -344,6 +375,7 @@ int64_t split_count(const gguf_context * ctx) { return gguf_int(ctx, "split.coun
 int64_t split_index(const gguf_context * ctx) { return gguf_int(ctx, "split.no"); }
 
 void read_split_part(GgufInfo & info, const gguf_context * ctx, const ggml_context * meta, const std::string & path) {
+    check_file_size(ctx, path);
     check_tensor_types(meta, path);
     add_tensor_facts(info, ctx);
     check_draft_vocab(info, ctx, meta, path);

@@ -50,7 +50,8 @@ const Model * mtp_head_for(const Model & target, const Model * draft) {
     if (!target.info().has_mtp_tensors) {
         fail(ErrorKind::MissingMtpHead,
              "'" + target.path() + "' is a trunk-only model (its MTP head is stored in a separate "
-             "mtp-*.gguf file): pass draft_model=Model.load('mtp-....gguf')");
+             "mtp-*.gguf file): pass draft_model=Model.load('mtp-....gguf') with its sidecar head, or "
+             "n_draft=0 for plain decoding");
     }
     if (!target.options().load_mtp) {
         fail(ErrorKind::MissingMtpHead, "the target was loaded with load_mtp=False, so its MTP head is "

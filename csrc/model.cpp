@@ -56,7 +56,8 @@ GgufHeader open_header(const std::string & path) {
     gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta};
     gguf_context * ctx = gguf_init_from_file(path.c_str(), params);
     if (ctx == nullptr) {
-        fail(ErrorKind::ModelLoad, with_log("GGUF file is corrupt or truncated: '" + path + "'"));
+        fail(ErrorKind::ModelLoad, with_log("GGUF file is corrupt or truncated: '" + path +
+                                            "' (an incomplete download or copy: download or copy it again)"));
     }
     GgufHeader h;
     h.gguf.reset(ctx);

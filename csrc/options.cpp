@@ -10,6 +10,7 @@
 #include "errors.hpp"
 #include "ggml.h"
 #include "json-schema-to-grammar.h"
+#include "llama-grammar.h"  // llama_grammar_parser: a grammar's syntax error with its reason
 #include "runtime.hpp"
 
 namespace mtp {
@@ -65,8 +66,13 @@ void validate(const ContextOptions & o, int32_t max_draft) {
     if (!(o.cache_size_mb >= 0.0) || std::isinf(o.cache_size_mb)) {
         fail(ErrorKind::InvalidOption, "cache_size_mb must be a number of megabytes >= 0 (0 = keep only the current conversation)");
     }
-    if (o.n_ctx < 16) {
-        fail(ErrorKind::InvalidOption, "n_ctx must be at least 16 (got " + std::to_string(o.n_ctx) + ")");
+    if (o.n_parallel <= 1 && o.n_ctx < kMinSlotContext) {
+        // llama.cpp would round it up to 256 cells without a word.
+        fail(ErrorKind::InvalidOption, "n_ctx=" + std::to_string(o.n_ctx) + " is below " +
+                                           std::to_string(kMinSlotContext) +
+                                           " tokens, the least context llama.cpp gives a session (it sizes the cache "
+                                           "in steps of " + std::to_string(kMinSlotContext) + "): pass n_ctx >= " +
+                                           std::to_string(kMinSlotContext));
     }
     if (o.n_batch < 2) {
         // llama.cpp decodes two tokens at once to learn how a context rolls back (and aborts on a smaller batch)
@@ -171,6 +177,68 @@ llama_flash_attn_type resolve_flash_attn(const ContextOptions & o) {
     return has_accelerator() || quantized_v ? LLAMA_FLASH_ATTN_TYPE_AUTO : LLAMA_FLASH_ATTN_TYPE_ENABLED;
 }
 
+namespace {
+
+// Where llama.cpp's parser stopped, from its message ("expecting ')' at <the rest of the text>"):
+// "expecting ')' at line 1, column 15, the end of the grammar".
+std::string locate_grammar_error(const std::string & what, const std::string & text) {
+    const size_t at = what.find(" at ");
+    if (at == std::string::npos) {
+        return what;
+    }
+    const std::string rest = what.substr(at + 4);
+    if (rest.size() > text.size() || text.compare(text.size() - rest.size(), rest.size(), rest) != 0) {
+        return what;
+    }
+    const size_t offset = text.size() - rest.size();
+    const size_t line_start = text.rfind('\n', offset == 0 ? 0 : offset - 1);
+    const size_t line = 1 + (size_t) std::count(text.begin(), text.begin() + (std::ptrdiff_t) offset, '\n');
+    const size_t column = offset - (line_start == std::string::npos || offset == 0 ? 0 : line_start + 1) + 1;
+    std::string where = what.substr(0, at) + " at line " + std::to_string(line) + ", column " + std::to_string(column);
+    const std::string next = rest.substr(0, std::min(rest.find_first_of("\r\n"), (size_t) 20));
+    return where + (rest.empty() ? ", the end of the grammar" : next.empty() ? ", the end of the line" : ", before '" + next + "'");
+}
+
+// A GBNF grammar's syntax error with llama.cpp's reason, found before its sampler parses the text
+// (which prints the reason to stderr and throws only "failed to parse grammar").
+void check_grammar_syntax(const std::string & text, const llama_vocab * vocab, bool needs_root) {
+    if (text.compare(0, 11, "%llguidance") == 0) {
+        return;
+    }
+    llama_grammar_parser parser(vocab);
+    auto space = [](const char * pos) {  // llama-grammar.cpp's parse_space: blanks, newlines, # comments
+        while (*pos == ' ' || *pos == '\t' || *pos == '\r' || *pos == '\n' || *pos == '#') {
+            if (*pos == '#') {
+                while (*pos && *pos != '\r' && *pos != '\n') ++pos;
+            } else {
+                ++pos;
+            }
+        }
+        return pos;
+    };
+    std::string why;
+    try {
+        for (const char * pos = space(text.c_str()); *pos;) {
+            pos = parser.parse_rule(pos);
+        }
+    } catch (const std::exception & e) {
+        why = locate_grammar_error(e.what(), text);
+    }
+    for (const auto & [name, id] : parser.symbol_ids) {
+        if (why.empty() && (id >= parser.rules.size() || parser.rules[id].empty())) {
+            why = "rule '" + name + "' is used but not defined";
+        }
+    }
+    if (why.empty() && needs_root && parser.symbol_ids.count("root") == 0) {
+        why = "it has no 'root' rule (generation starts at root ::= ...)";
+    }
+    if (!why.empty()) {
+        fail(ErrorKind::Grammar, "the grammar does not parse: " + why + "; fix the GBNF grammar");
+    }
+}
+
+}  // namespace
+
 common_params_sampling to_common_params(const SamplingOptions & s, const llama_vocab * vocab) {
     common_params_sampling sp;
     sp.temp = s.temp;
@@ -184,6 +252,7 @@ common_params_sampling to_common_params(const SamplingOptions & s, const llama_v
     sp.penalty_last_n = s.penalty_last_n;
     sp.no_perf = true;
     if (s.grammar && !s.grammar->empty()) {
+        check_grammar_syntax(*s.grammar, vocab, !s.chat);
         const bool drop_reasoning = s.chat && !s.chat->lazy && s.reasoning_budget == 0;
         std::string grammar = drop_reasoning ? without_reasoning(*s.grammar, *s.chat) : *s.grammar;
         if (s.chat) {

@@ -17,8 +17,9 @@ Session::Session(std::shared_ptr<Model> target, std::shared_ptr<Model> draft, co
     validate(opts_, kMaxDraftPositions);
     check_rpc();
     if (target_->is_mtp_sidecar()) {
-        fail(ErrorKind::ModelLoad, "'" + target_->path() + "' is an MTP sidecar (head only, no trunk): "
-                                   "load the trunk model as the target and pass this file as draft_model");
+        fail(ErrorKind::ModelLoad, "'" + target_->path() + "' is an MTP sidecar (head only, no trunk), not a model: "
+                                   "load its trunk model as the target and pass draft_model=Model.load('" +
+                                   target_->path() + "')");
     }
     create_contexts(longest_draft(opts_) > 0 ? mtp_head_for(*target_, draft_model_.get()) : nullptr);
     for (int32_t i = 0; i < opts_.n_parallel; ++i) {

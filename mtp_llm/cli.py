@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -17,9 +20,50 @@ if TYPE_CHECKING:
     from .session import MTP
 
 
+def path_arg(text: str) -> str:
+    """A path flag's value with ``~`` expanded (the shell leaves ``--model=~/m.gguf`` as it is)."""
+    return os.path.expanduser(text)
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as plain text for ``--help``: ``literal`` and :role:`~module.name` lose their markup."""
+
+    def role(match: re.Match[str]) -> str:
+        target = match[2]
+        label = re.fullmatch(r"(.*?)\s*<[^>]*>", target)
+        if label:
+            return label[1]
+        return target.rsplit(".", 1)[-1] if match[1] else target
+
+    doc = re.sub(r":[a-z]+(?::[a-z]+)?:`(~?)([^`]*)`", role, doc)
+    return re.sub(r"``([^`]*)``", r"\1", doc)
+
+
+def in_cli_terms(message: str, flags: Mapping[str, str]) -> str:
+    """An error message of the Python API in the command line's terms: each option it names (``n_ctx=100``,
+    ``draft_model=Model.load('x')``) as the flag that sets it (``--n-ctx 100``, ``--draft-model x``)."""
+    text = re.sub(r"\s*\(mtp-llm: [^)]*\)", "", message)  # the message names the flag already
+    text = text.replace("load its trunk model as the target and pass draft_model=",
+                        "pass its trunk model as --model and draft_model=")
+    text = re.sub(r"draft_model=Model\.load\('([^']*)'\)", r"--draft-model \1", text)
+    text = text.replace("draft_model=Model.load(...)", "--draft-model FILE")
+    text = text.replace("(Model.load_default())", "(leave out --model)")
+    if "no_mtp" in flags:
+        text = re.sub(r"\bn_draft=0\b", "--no-mtp", text)
+    for dest, flag in flags.items():
+        if "_" in dest:  # not the plain words (stop, seed, grammar)
+            pattern = rf"(?<![\w/.'-]){dest}(?:=(\S+?))?(?![\w/-]|\.\w)"  # not inside a path or file name
+            text = re.sub(pattern, functools.partial(_as_flag, flag), text)
+    return text
+
+
+def _as_flag(flag: str, match: re.Match[str]) -> str:
+    return f"{flag} {match[1]}" if match[1] else flag
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--model", help="target GGUF (default: the built-in model)")
+    source.add_argument("--model", type=path_arg, help="target GGUF (default: the built-in model)")
     source.add_argument(
         "--hf",
         metavar="REPO[:FILE]",
@@ -52,22 +96,19 @@ GENERATE_FLAGS = ("max_tokens", "temp", "top_k", "top_p", "min_p", "seed", "repe
                   "presence_penalty", "penalty_last_n", "stop", "grammar", "timeout", "reasoning_budget")
 """The generation options ``generate`` has flags for (a call's ``n_draft`` / ``cache_prompt`` are the
 session's flags; ``emit_stats_every`` has no use on the command line)."""
-GENERATE_DEFAULTS = {"max_tokens": 128, "temp": 0.0}
-"""Where ``generate`` deliberately differs from :class:`~mtp_llm.GenerationOptions`: a short, greedy run."""
 
 
 def option_flags(
     p: argparse.ArgumentParser,
     specs: Sequence[OptionSpec],
     *,
-    defaults: Mapping[str, Any] | None = None,
     aliases: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
     """One flag per option (``n_draft_max`` -> ``--n-draft-max``), derived from its declaration: type,
-    default, choices and help (the doc's first sentence)."""
+    default, choices and help (the doc's first paragraph, as plain text)."""
     for spec in specs:
-        default = (defaults or {}).get(spec.name, spec.default)
-        doc = spec.doc.split("\n\n")[0].replace("\n", " ").replace("%", "%%")
+        default = spec.default
+        doc = plain_text(spec.doc.split("\n\n")[0].replace("\n", " ")).replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": spec.name, "default": default, "help": f"{doc} (default: {default!r})"}
         if spec.name == "n_draft":
             kwargs["type"] = _draft_length
@@ -90,9 +131,10 @@ def _add_session_args(p: argparse.ArgumentParser) -> None:
     _add_model_args(p)
     p.add_argument(
         "--draft-model",
+        type=path_arg,
         help="MTP sidecar GGUF (mtp-*.gguf); default: the one beside a trunk-only target or in its --hf repository",
     )
-    p.add_argument("--no-mtp", action="store_true", help="plain decoding (n_draft=0)")
+    p.add_argument("--no-mtp", action="store_true", help="plain decoding (--n-draft 0)")
     option_flags(p, option_specs(SessionOptions), aliases=SESSION_FLAG_ALIASES)
 
 
@@ -125,18 +167,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
     options = {name: getattr(args, name) for name in GENERATE_FLAGS}
     done = None
     out = sys.stdout
+    text: list[str] = []  # --json: the text goes into the JSON
     prompt = session.model.apply_chat_template([("user", args.prompt)]) if args.chat else args.prompt
     for event in session.stream_events(prompt, **options):
         if type(event) is TokenEvent and event.text:
-            out.write(event.text)
-            out.flush()
+            if args.json:
+                text.append(event.text)
+            else:
+                out.write(event.text)
+                out.flush()
         elif isinstance(event, DoneEvent):
             done = event
-    out.write("\n")
     assert done is not None
     if args.json:
-        print(json.dumps({"finish_reason": done.finish_reason, "stats": done.stats.to_dict()}, indent=2))
+        report = {"text": "".join(text), "finish_reason": done.finish_reason, "stats": done.stats.to_dict()}
+        print(json.dumps(report, indent=2))
     else:
+        out.write("\n")
         print(f"\n[{done.finish_reason}] {done.stats.summary()}", file=sys.stderr if args.quiet_stats else sys.stdout)
     return 0
 
@@ -260,16 +307,22 @@ def cmd_rpc_server(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .options import GenerationOptions, option_specs
 
-    parser = argparse.ArgumentParser(prog="mtp-llm", description=__doc__)
+    parser = argparse.ArgumentParser(prog="mtp-llm", description=plain_text(__doc__ or ""))
     sub = parser.add_subparsers(dest="command", required=True)
 
-    gen = sub.add_parser("generate", help="stream a completion, then print the MTP stats")
+    gen = sub.add_parser(
+        "generate",
+        help="stream a completion, then print the MTP stats",
+        description="Stream a completion, then print the MTP stats. The sampling defaults are the Python API's "
+        "(GenerationOptions): --temp 0 samples greedily, which gives the same text on every run.",
+    )
     _add_session_args(gen)
     generation = {spec.name: spec for spec in option_specs(GenerationOptions)}
-    option_flags(gen, [generation[name] for name in GENERATE_FLAGS], defaults=GENERATE_DEFAULTS)
+    option_flags(gen, [generation[name] for name in GENERATE_FLAGS])
     gen.add_argument("--chat", action="store_true",
                      help="send the prompt as one user message through the model's chat template")
-    gen.add_argument("--json", action="store_true", help="print the stats as JSON")
+    gen.add_argument("--json", action="store_true",
+                     help="print only JSON: the text, the finish reason and the stats")
     gen.add_argument("--quiet-stats", action="store_true", help="print the stats line to stderr")
     gen.add_argument("prompt")
     gen.set_defaults(func=cmd_generate)
@@ -279,22 +332,22 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(func=cmd_info)
 
     mk = sub.add_parser("make-test-models", help="write the tiny test models into a directory")
-    mk.add_argument("out_dir")
+    mk.add_argument("out_dir", type=path_arg)
     mk.set_defaults(func=cmd_make_test_models)
 
     split = sub.add_parser("split", help="split an embedded hy_v3 model into trunk + mtp- sidecar")
-    split.add_argument("model")
-    split.add_argument("out_dir")
+    split.add_argument("model", type=path_arg)
+    split.add_argument("out_dir", type=path_arg)
     split.set_defaults(func=cmd_split)
 
     head = sub.add_parser("draft-head", help="write a model's MTP head as a quantized mtp- sidecar (draft_model)")
-    head.add_argument("model", help="GGUF with an embedded MTP head (or an mtp-*.gguf sidecar)")
+    head.add_argument("model", type=path_arg, help="GGUF with an embedded MTP head (or an mtp-*.gguf sidecar)")
     head.add_argument("--type", default="q8_0", choices=["f16", "q8_0", "q4_0"], help="matrix type (default q8_0)")
-    head.add_argument("--out", help="output file or directory (default: mtp-<stem>-<type>.gguf beside the model, "
+    head.add_argument("--out", type=path_arg, help="output file or directory (default: mtp-<stem>-<type>.gguf beside the model, "
                       "mtp-<stem>-<type>-v<N>.gguf with --draft-vocab)")
     head.add_argument("--draft-vocab", type=int, metavar="N",
                       help="trim the head to the N most frequent tokens plus every control token (docs/draft-vocab.md)")
-    head.add_argument("--corpus", help="with --draft-vocab: count tokens in this text file "
+    head.add_argument("--corpus", type=path_arg, help="with --draft-vocab: count tokens in this text file "
                       "(default: the model's greedy answers to a built-in prompt set)")
     head.set_defaults(func=cmd_draft_head)
 
@@ -305,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     rpc.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     rpc.add_argument("--port", type=int, default=50052, help="TCP port (default 50052)")
     rpc.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    rpc.add_argument("--cache-dir", default=None, help="cache large tensors here, so a reload skips sending them")
+    rpc.add_argument("--cache-dir", type=path_arg, default=None, help="cache large tensors here, so a reload skips sending them")
     rpc.set_defaults(func=cmd_rpc_server)
 
     try:
@@ -314,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_bench_parser(sub)
+    for command in sub.choices.values():  # what in_cli_terms words an error with
+        command.set_defaults(cli_flags={a.dest: a.option_strings[0] for a in command._actions
+                                        if a.option_strings and a.dest != "help"})
     return parser
 
 
@@ -322,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except MTPError as exc:
-        print(f"mtp-llm: error: {exc}", file=sys.stderr)
+        print(f"mtp-llm: error: {in_cli_terms(str(exc).rstrip(), args.cli_flags)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

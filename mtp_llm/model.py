@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from . import _core
 from .devices import GPUUnavailableWarning
-from .errors import IncompatibleDraftError, InvalidOptionError, InvalidPromptError
+from .errors import IncompatibleDraftError, InvalidOptionError, InvalidPromptError, ModelLoadError
 from .sidecars import HeadSearch, TargetFacts, find_head
 
 Message = Mapping[str, Any] | tuple[str, str]
@@ -53,7 +53,7 @@ class Model:
 
         Args:
             path: the ``.gguf`` file (a target with an embedded MTP head, a
-                trunk-only target, or an ``mtp-*.gguf`` sidecar).
+                trunk-only target, or an ``mtp-*.gguf`` sidecar); ``~`` is expanded.
             load_mtp: load the MTP head's tensors (needed for speculation).
             n_gpu_layers: layers to offload to GPU backends and RPC servers, counted from the
                 top: the output layer, then the MTP head, then the trunk's last blocks; -1 = all.
@@ -107,7 +107,12 @@ class Model:
             mtp_device=mtp_device or "",
         ).items():
             setattr(native_options, name, value)
-        native = _core.Model(os.fspath(path), native_options)
+        path = os.path.expanduser(os.fspath(path))
+        try:
+            native = _core.Model(path, native_options)
+        except ModelLoadError:
+            _refuse_the_shipped_head(path)
+            raise
         options: dict[str, Any] = dict(n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock)
         if mtp_device is not None:
             options.update(mtp_device=mtp_device)
@@ -149,6 +154,9 @@ class Model:
             ModelLoadError: naming the repository, the pattern and what was found.
         """
         from .hub import pretrained_files
+
+        if cache_dir is not None:
+            cache_dir = os.path.expanduser(os.fspath(cache_dir))
 
         loaded: list[Model] = []
 
@@ -380,6 +388,21 @@ class Model:
         return (
             f"Model(path={str(self.path)!r}, architecture={self.architecture!r}, "
             f"n_embd={self.n_embd}, n_mtp_heads={self.n_mtp_heads})"
+        )
+
+
+def _refuse_the_shipped_head(path: str) -> None:
+    """ModelLoadError saying what the head file the package ships is, when ``path`` is that file."""
+    from .smollm2 import HEAD_FILE
+
+    try:
+        shipped = os.path.samefile(path, HEAD_FILE)
+    except OSError:
+        return
+    if shipped:
+        raise ModelLoadError(
+            f"'{path}' is the built-in model's MTP head (head tensors only, no trunk or vocabulary), not a model: "
+            "the built-in model (Model.load_default()) embeds it"
         )
 
 

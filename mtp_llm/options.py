@@ -71,9 +71,9 @@ class SessionOptions:
     p_min: float = option(0.0, ge=0.0, le=1.0)
     """Stop a draft at a token whose probability among the head's top 10 is below
     this (llama.cpp's draft p_min); 0 = never. Fixed and automatic lengths alike."""
-    n_ctx: int = option(2048, ge=16)
+    n_ctx: int = option(2048, ge=256)
     """Context size of the target and MTP contexts, shared by the ``n_parallel`` slots (each
-    holds ``n_ctx // n_parallel`` tokens, as llama-server's ``-c`` with ``-np``)."""
+    holds ``n_ctx // n_parallel`` tokens, as llama-server's ``-c`` with ``-np``; at least 256)."""
     n_batch: int = option(512, ge=2)
     """Maximum tokens per decode call (prompt chunk size)."""
     n_threads: int | None = option(None, ge=1)

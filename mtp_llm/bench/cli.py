@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from ..options import ROLLBACK_MODES
-from .common import DEFAULT_PROMPTS, SYNTHETIC_PROMPTS, load_prompts, resolve_model
+from .common import DEFAULT_PROMPTS, SYNTHETIC_PROMPTS, draft_lengths, load_prompts, resolve_model
 from .single import cmd_costs, markdown_table, plot, run_bench, run_wrappers, to_rows
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -23,15 +24,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .parallel import cmd_parallel
 
         return cmd_parallel(args, model_path, prompts)
-    try:
-        n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
-    except ValueError:
-        from ..errors import InvalidOptionError
-
-        raise InvalidOptionError(
-            f"--n-draft {args.n_draft!r}: the single-stream table takes fixed lengths (e.g. 1,2,3,4); "
-            "the automatic length is compared in --parallel runs"
-        ) from None
+    n_drafts = draft_lengths(args.n_draft)
     results, meta = run_bench(
         model_path, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
         args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn], args.draft_head,
@@ -51,7 +44,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     png = plot(rows, out / "bench.png", title)
     print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {png}" if png else ""))
     if args.wrappers:
-        k = max(n_drafts) if n_drafts else 3
+        k = max((k for k in n_drafts if k != "auto"), default=3)
         wrapper_rows = run_wrappers(model_path, k, prompts, args.tokens, args.threads, args.reps)
         lines = ["| path | tokens/s (median, end to end) | ratio to raw (same prompt) |", "|---|---|---|"]
         lines += [f"| {r['path']} | {r['tokens_per_sec_median']:.1f} | {r['ratio_to_raw']:.3f} |" for r in wrapper_rows]
@@ -65,15 +58,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def add_bench_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="benchmark MTP against plain decoding (interleaved runs)")
-    p.add_argument("--model", help="GGUF with an MTP head (default: the built-in model)")
-    p.add_argument("--n-draft", default="1,2,3,4", help="comma-separated draft lengths (default 1,2,3,4)")
-    p.add_argument("--prompts", help="prompts: a text file (one per line) or a JSON list "
+    p.add_argument("--model", type=os.path.expanduser, help="GGUF with an MTP head (default: the built-in model)")
+    p.add_argument("--n-draft", default="1,2,3,4",
+                   help="comma-separated draft lengths, 'auto' among them if wanted (default 1,2,3,4; e.g. 1,2,auto)")
+    p.add_argument("--prompts", type=os.path.expanduser, help="prompts: a text file (one per line) or a JSON list "
                    "(default: 4 verse openings; 8 prompts with distinct last tokens for --synthetic)")
     p.add_argument("--tokens", type=int, default=128, help="tokens generated per prompt")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--reps", type=int, default=3, help="measured repetitions")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--out", default="benchmarks/results", help="output directory")
+    p.add_argument("--out", type=os.path.expanduser, default="benchmarks/results", help="output directory")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--rollback", default="auto", choices=ROLLBACK_MODES,
                    help="hybrid targets: recurrent-state rollback or checkpoint save/restore")

@@ -9,7 +9,10 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..options import DraftLength
 
 DEFAULT_PROMPTS = [
     "ROMEO: But soft, what light through yonder window breaks?",
@@ -136,6 +139,23 @@ def load_prompts(path: str) -> list[str]:
         return list(data["prompts"] if isinstance(data, dict) else data)
     return [line for line in text.splitlines() if line.strip()]
 
+
+
+def draft_lengths(text: str) -> list[DraftLength]:
+    """``--n-draft``: comma-separated draft lengths, ``auto`` among them (``1,2,auto``)."""
+    from ..errors import InvalidOptionError
+    from ..options import MAX_DRAFT, draft_length
+
+    try:
+        lengths = [draft_length("n_draft", x.strip() if x.strip() == "auto" else int(x)) for x in text.split(",")
+                   if x.strip()]
+    except (ValueError, InvalidOptionError):
+        lengths = []
+    if not lengths:
+        raise InvalidOptionError(
+            f"--n-draft {text!r}: give comma-separated draft lengths, each 'auto' or 0..{MAX_DRAFT} (e.g. 1,2,3,auto)"
+        )
+    return list(dict.fromkeys(lengths))
 
 
 def resolve_model(args: argparse.Namespace) -> str | None:

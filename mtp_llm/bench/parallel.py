@@ -16,7 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..options import DraftLength, draft_length
+from ..options import DraftLength
+from .common import draft_lengths
 
 
 def _streams(session: Any, prompts: Sequence[str], tokens: int) -> tuple[float, Any]:
@@ -180,7 +181,7 @@ def cmd_parallel(args: argparse.Namespace, model_path: str | None, prompts: Sequ
     levels = sorted({int(x) for x in args.parallel.split(",") if x.strip()})
     if not levels or levels[0] < 1:
         raise SystemExit("mtp-llm bench: --parallel takes stream counts >= 1, e.g. 1,2,4")
-    n_drafts = [draft_length("n_draft", x.strip() if x.strip() == "auto" else int(x)) for x in args.n_draft.split(",")]
+    n_drafts = draft_lengths(args.n_draft)
     if 0 not in n_drafts:
         n_drafts = [0, *n_drafts]
     rows, meta = run_parallel(

@@ -1,12 +1,13 @@
 """``mtp-llm bench``: MTP against plain decoding on the same model, prompts and threads.
 
-Configurations run interleaved (plain, n_draft=1, 2, ... then again) after a
+Configurations run interleaved (plain, n_draft=1, 2, ..., auto, then again) after a
 warm-up, so machine noise hits every configuration alike. Each repetition
 generates ``--tokens`` tokens greedily for every prompt; a repetition's decode
 speed is its tokens over its decode time. The report gives medians and min-max
 over repetitions, the ratio to plain decoding, and the efficiency
 ``speedup / (1 + acceptance_rate * n_draft)``: the share of the ideal speedup
-that verify, draft and checkpoint overheads leave.
+that verify, draft and checkpoint overheads leave (for ``auto``, n_draft is the
+mean draft length it chose).
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .common import DEFAULT_PROMPTS, load_prompts
+from ..options import DraftLength
+from .common import DEFAULT_PROMPTS, draft_lengths, load_prompts
 
 
 @dataclasses.dataclass
 class ConfigResult:
     """Measurements of one configuration (n_draft = 0 is plain decoding)."""
 
-    n_draft: int
+    n_draft: DraftLength
     decode_tps: list[float] = dataclasses.field(default_factory=list)
     prompt_tps: list[float] = dataclasses.field(default_factory=list)
     ttft_ms: list[float] = dataclasses.field(default_factory=list)
@@ -36,6 +38,8 @@ class ConfigResult:
     acceptance_rate: float = 0.0
     mean_accepted_length: float = 0.0
     per_position: list[float] = dataclasses.field(default_factory=list)
+    mean_draft: float = 0.0
+    """Draft tokens per iteration (the fixed length, or what ``auto`` chose on average)."""
     timing_share: dict[str, float] = dataclasses.field(default_factory=dict)
     peak_rss_mb: float = 0.0
 
@@ -106,7 +110,7 @@ def _run_once(session: Any, prompts: list[str], tokens: int) -> tuple[float, flo
 
 def run_bench(
     model_path: str | None,
-    n_drafts: list[int],
+    n_drafts: Sequence[DraftLength],
     prompts: list[str],
     tokens: int,
     threads: int | None,
@@ -132,7 +136,7 @@ def run_bench(
         (cache_dir() / "draft-heads").mkdir(parents=True, exist_ok=True)
         draft = Model.load(write_draft_head(model.path, cache_dir() / "draft-heads", draft_head))
     n_ctx = max(512, tokens + 256)
-    configs = [0, *[k for k in n_drafts if k > 0]]
+    configs: list[DraftLength] = [0, *[k for k in n_drafts if k != 0]]
     sessions = {
         k: MTP(model, draft_model=draft, n_draft=k, n_ctx=n_ctx, n_threads=threads, rollback=rollback,
                flash_attn=flash_attn)
@@ -156,6 +160,7 @@ def run_bench(
             r.acceptance_rate = stats.acceptance_rate
             r.mean_accepted_length = stats.mean_accepted_length
             r.per_position = list(stats.acceptance_rate_per_position)
+            r.mean_draft = stats.drafts_generated / max(1, stats.iters)
             t = stats.timing_us
             total_us = max(1, t.total)
             r.timing_share = {
@@ -217,7 +222,7 @@ def to_rows(results: list[ConfigResult]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         speedup = r.median("decode_tps") / plain
-        ideal = 1.0 + r.acceptance_rate * r.n_draft
+        ideal = 1.0 + r.acceptance_rate * (r.mean_draft if r.n_draft == "auto" else float(r.n_draft))
         lo, hi = r.span("decode_tps")
         rows.append(
             {
@@ -274,7 +279,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
         return None
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     plain = rows[0]["decode_tps_median"]
-    mtp = [r for r in rows if r["n_draft"]]
+    mtp = [r for r in rows if r["n_draft"] and r["n_draft"] != "auto"]
     xs = [r["n_draft"] for r in mtp]
     ax1.errorbar(
         xs,
@@ -288,18 +293,22 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path | None:
         label="MTP",
     )
     ax1.axhline(plain, color="grey", linestyle="--", label=f"plain ({plain:.0f} t/s)")
+    for r in rows:
+        if r["n_draft"] == "auto":
+            ax1.axhline(r["decode_tps_median"], color="green", linestyle=":",
+                        label=f"auto ({r['decode_tps_median']:.0f} t/s)")
     ax1.set_xlabel("n_draft")
     ax1.set_ylabel("decode tokens/s")
     ax1.set_xticks(xs)
     ax1.legend()
     ax1.set_title("decode throughput")
-    for r in mtp:
+    for r in [r for r in rows if r["n_draft"]]:
         conditional = r["acceptance_per_position_conditional"]
         cumulative = r["acceptance_per_position"]
         line = ax2.plot(range(1, len(conditional) + 1), conditional, marker="o", label=f"n_draft={r['n_draft']}")
         ax2.plot(range(1, len(cumulative) + 1), cumulative, marker=".", linestyle=":", color=line[0].get_color())
     ax2.set_xlabel("draft position")
-    ax2.set_xticks(range(1, max(xs, default=1) + 1))
+    ax2.set_xticks(range(1, max((len(r["acceptance_per_position"]) for r in rows), default=1) + 1))
     ax2.set_ylabel("acceptance rate")
     ax2.set_ylim(0, 1.05)
     ax2.plot([], [], color="grey", label="given the drafts before it")
@@ -379,12 +388,15 @@ def cmd_costs(args: argparse.Namespace, model_path: str | None) -> int:
     from ..costs import markdown, measure_costs, weight_bytes
     from ..model import Model
 
-    n_drafts = [int(x) for x in args.n_draft.split(",") if x.strip()]
+    from ..options import SessionOptions
+
+    # the longest draft to time: "auto" drafts up to the session default's n_draft_max
+    longest = max(k if k != "auto" else SessionOptions().n_draft_max for k in draft_lengths(args.n_draft))
     model = Model.load(model_path) if model_path else Model.load_default()
     if getattr(args, "draft_vocab", None):
-        return cmd_costs_draft_vocab(args, model, max(n_drafts, default=4))
+        return cmd_costs_draft_vocab(args, model, longest or 4)
     curve = measure_costs(
-        model, n_draft=max(n_drafts, default=4), n_threads=args.threads,
+        model, n_draft=longest or 4, n_threads=args.threads,
         flash_attn={"default": None, "on": True, "off": False}[args.flash_attn],
         fill=args.fill, reps=args.cost_reps, warmup=args.warmup + 2,
     )

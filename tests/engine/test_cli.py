@@ -16,9 +16,8 @@ def test_cli_generate_streams_and_prints_stats(tiny_paths) -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    text, _, payload = proc.stdout.partition("\n")
-    assert text == "aaaaaaaa"
-    report = json.loads(payload)
+    report = json.loads(proc.stdout)  # --json: stdout is the JSON only, the text inside it
+    assert report["text"] == "aaaaaaaa"
     assert report["finish_reason"] == "length"
     assert report["stats"]["acceptance_rate"] == 1.0 and report["stats"]["tokens_emitted"] == 8
 
@@ -31,7 +30,7 @@ def test_cli_automatic_draft_length_is_the_default(tiny_paths) -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    stats = json.loads(proc.stdout.partition("\n")[2])["stats"]
+    stats = json.loads(proc.stdout)["stats"]
     assert stats["n_draft"] == 2 and len(stats["draft_length_counts"]) == 3
     assert stats["draft_length_counts"][0] >= 3  # plain decoding measured first
     assert stats["draft_controller"]["iteration_us"][0] > 0
@@ -48,7 +47,7 @@ def test_cli_no_mtp(tiny_paths) -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.partition("\n")[2])["stats"]["drafts_generated"] == 0
+    assert json.loads(proc.stdout)["stats"]["drafts_generated"] == 0
 
 
 

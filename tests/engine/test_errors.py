@@ -320,7 +320,7 @@ def test_a_sliding_window_pattern_that_marks_no_layer_is_a_load_error(tmp_path: 
         import sys, mtp_llm
         try:
             model = mtp_llm.Model.load(sys.argv[1])
-            mtp_llm.MTP(model, n_draft=0, n_threads=1, n_ctx=128).generate("Hello", max_tokens=4, temp=0)
+            mtp_llm.MTP(model, n_draft=0, n_threads=1, n_ctx=256).generate("Hello", max_tokens=4, temp=0)
             print("ok")
         except mtp_llm.MTPError as exc:
             print(type(exc).__name__, exc)

@@ -226,7 +226,7 @@ def test_cli_hf_and_info(hub: FakeHub, capsys: pytest.CaptureFixture[str], tiny_
     assert info["draft_model"].endswith("/mtp-head.gguf") and not info["has_mtp_head"]
     assert main(["info", "--model", str(tiny_paths["random-trunk"])]) == 0
     assert json.loads(capsys.readouterr().out)["draft_model"] == str(tiny_paths["mtp-random-trunk"])
-    args = ["generate", "--max-tokens", "8", "--n-ctx", "256", "--threads", "1", "--quiet-stats", PROMPT]
+    args = ["generate", "--max-tokens", "8", "--temp", "0", "--n-ctx", "256", "--threads", "1", "--quiet-stats", PROMPT]
     assert main([*args[:1], "--hf", f"{REPO}:*F32.gguf", *args[1:]]) == 0
     from_hub = capsys.readouterr().out
     assert main([*args[:1], "--model", str(tiny_paths["random"]), *args[1:]]) == 0

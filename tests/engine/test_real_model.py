@@ -230,13 +230,13 @@ def test_cli_generate_runs_the_built_in_model() -> None:
 
     proc = subprocess.run(
         [sys.executable, "-m", "mtp_llm", "generate", "--chat", "--n-draft", "3", "--threads", str(THREADS),
-         "--max-tokens", "24", "--json", "Why is the sky blue?"],
+         "--max-tokens", "24", "--temp", "0", "--json", "Why is the sky blue?"],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    answer = proc.stdout[: proc.stdout.index("\n{")]
+    report = json.loads(proc.stdout)
+    answer = report["text"]
     assert any(word in answer for word in ("Rayleigh", "scatter", "light")), answer
-    report = json.loads(proc.stdout[proc.stdout.index("\n{") + 1 :])
     assert report["stats"]["drafts_generated"] > 0 and report["stats"]["drafts_accepted"] > 0
 
 

@@ -24,7 +24,7 @@ from mtp_llm._integration import (
     EngineSpec,
     call_options,
 )
-from mtp_llm.cli import GENERATE_DEFAULTS, GENERATE_FLAGS, build_parser
+from mtp_llm.cli import GENERATE_FLAGS, build_parser
 from mtp_llm.langchain import MTPLLM as LangChainLLM
 from mtp_llm.langchain import ChatMTP, MTPEmbeddings
 from mtp_llm.llamaindex import MTPLLM as LlamaIndexLLM
@@ -238,9 +238,8 @@ def test_cli_flags_are_derived_from_the_schema() -> None:
     generation = {spec.name: spec for spec in option_specs(GenerationOptions)}
     for name in GENERATE_FLAGS:
         action = actions[name]
-        expected = None if name == "stop" else GENERATE_DEFAULTS.get(name, generation[name].default)
+        expected = None if name == "stop" else generation[name].default  # the API's defaults
         assert generation[name].flag in action.option_strings and action.default == expected, name
-    assert set(GENERATE_DEFAULTS) == {"max_tokens", "temp"}  # the CLI's deliberate differences: short and greedy
 
 
 def test_the_type_stubs_of_the_derived_fields_are_current() -> None:
