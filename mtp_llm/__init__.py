@@ -25,6 +25,7 @@ from .errors import (
     MTPError,
     RPCConnectionError,
     SessionBusyError,
+    StructuredOutputError,
     ToolSchemaError,
 )
 from .devices import CPUBackend, Device, GPUUnavailableWarning, cpu_backend, list_backends, list_devices
@@ -69,6 +70,7 @@ __all__ = [
     "RPCConnectionError",
     "SessionBusyError",
     "StatsEvent",
+    "StructuredOutputError",
     "TimingUs",
     "TextScore",
     "TokenEvent",

@@ -27,8 +27,10 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model
 
+from ._option_names import unknown_option_error
+from .errors import InvalidOptionError
 from ._integration import ChatSettings, EmbeddingSpec, EngineSpec, call_options, display_name, get_session, instance_options
 from .model import Model
 from .options import GenerationOptions, OptionSpec, SessionOptions, option_specs
@@ -36,6 +38,7 @@ from .session import MTP
 
 __all__ = [
     "DERIVED",
+    "CheckedInit",
     "ChatBase",
     "EmbeddingBase",
     "IntegrationBase",
@@ -99,13 +102,54 @@ def chat_fields() -> dict[str, tuple[Any, Any]]:
     return {spec.name: _pydantic_field(spec) for spec in option_specs(ChatSettings)}
 
 
+def _accepted_names(cls: type[BaseModel]) -> set[str]:
+    names = set(cls.model_fields)
+    for name, field in cls.model_fields.items():
+        if isinstance(field.alias, str):
+            names.add(field.alias)
+        if isinstance(field.validation_alias, str):
+            names.add(field.validation_alias)
+    return names
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def invalid_fields_error(cls: type[BaseModel], exc: ValidationError) -> InvalidOptionError:
+    """pydantic's complaint about a constructor's fields as an :class:`InvalidOptionError`, with its detail."""
+    by_field: dict[str, tuple[Any, list[str]]] = {}
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "input"  # a union's alternatives share the field
+        by_field.setdefault(field, (error.get("input"), []))[1].append(error["msg"])
+    problems = "; ".join(f"{field}={_shown(given)}: {', or '.join(msgs)}" for field, (given, msgs) in by_field.items())
+    return InvalidOptionError(f"{cls.__name__}() got an invalid option value: {problems}")
+
+
+class CheckedInit(BaseModel):
+    """Constructors that refuse what the frameworks' base classes would silently drop: an unknown
+    option raises :class:`InvalidOptionError` naming the real one (``num_predict`` -> ``max_tokens``),
+    and a value pydantic rejects raises it with pydantic's detail."""
+
+    def __init__(self, /, **data: Any) -> None:
+        cls = type(self)
+        unknown = set(data) - _accepted_names(cls)
+        if unknown:
+            raise unknown_option_error(f"{cls.__name__}()", unknown, cls.model_fields)
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise invalid_fields_error(cls, exc) from None
+
+
 class ChatBase(BaseModel):
     """Base of the derived chat fields (:func:`chat_fields`)."""
 
     model_config = ConfigDict(protected_namespaces=())
 
 
-class IntegrationBase(BaseModel):
+class IntegrationBase(CheckedInit):
     """What LangChain's and LlamaIndex's LLM classes share: the loaded-model fields and the
     engine around the derived option fields (:func:`integration_fields`)."""
 
@@ -152,7 +196,7 @@ class IntegrationBase(BaseModel):
         return call_options(self, kwargs, stop)
 
 
-class EmbeddingBase(BaseModel):
+class EmbeddingBase(CheckedInit):
     """What both embedding integrations do with their fields (:func:`embedding_fields`)."""
 
     model_config = ConfigDict(protected_namespaces=())

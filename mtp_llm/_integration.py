@@ -10,14 +10,15 @@ and their parsing in :mod:`mtp_llm.chat`); the framework modules only adapt type
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .chat import DEFAULT_CHAT_TEMPLATE, ToolCall, chat_format
-from .errors import InvalidOptionError, MTPError
+from .errors import InvalidOptionError, MTPError, StructuredOutputError
 from .events import TokenEvent
 from .model import Model
 from .chat import ChatTurn, normalize_tool_choice
@@ -40,8 +41,10 @@ __all__ = [
     "get_model",
     "get_session",
     "instance_options",
+    "json_object",
     "logprob_entry",
     "openai_message",
+    "parse_structured",
     "resolve_chat_template",
     "resolve_model_path",
     "stats_payload",
@@ -272,6 +275,68 @@ def resolve_chat_template(model: Model, chat_template: str | None = None) -> str
 def stats_payload(stats: MTPStats) -> dict[str, Any]:
     """The per-call stats as published by every integration under :data:`STATS_KEY`."""
     return stats.to_dict()
+
+
+T = TypeVar("T")
+
+
+def parse_structured(
+    text: str,
+    validate: Callable[[Any], T],
+    what: str,
+    *,
+    finish_reason: str | None,
+    stats: Mapping[str, Any] | None,
+    fix: str = "",
+    error: type[StructuredOutputError] = StructuredOutputError,
+) -> T:
+    """The structured answer in ``text``, checked by ``validate`` (a pydantic model's
+    ``model_validate``, or :func:`json_object`): every structured-output path of both integrations
+    parses here, so a cut or mismatching answer raises the same :class:`StructuredOutputError`
+    (``what`` names the expected shape, ``fix`` says what to change when the JSON mismatches)."""
+
+    def fail(reason: str) -> StructuredOutputError:
+        shown = text if len(text) <= 200 else text[:200] + "..."
+        return error(
+            f"{reason}; the answer was {shown!r}",
+            text=text,
+            finish_reason=finish_reason,
+            stats=dict(stats) if stats is not None else None,
+        )
+
+    try:
+        data = json.loads(text, parse_float=_finite)
+    except _OutOfRange as exc:
+        raise fail(f"the structured answer has a number out of range ({exc})") from None
+    except ValueError as exc:
+        if finish_reason == "length":
+            raise fail(
+                "the structured answer was cut at max_tokens before its JSON closed (finish_reason='length'): "
+                "raise max_tokens"
+            ) from None
+        raise fail(f"the structured answer is not JSON ({exc})") from None
+    try:
+        return validate(data)
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        raise fail(f"the structured answer does not match {what}: {exc}{'; ' + fix if fix else ''}") from None
+
+
+class _OutOfRange(ValueError):
+    pass
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _OutOfRange(text)
+    return value
+
+
+def json_object(data: Any) -> dict[str, Any]:
+    """``data`` if it is a JSON object (the check of structured output without a model class)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def logprob_entry(model: Model, event: TokenEvent) -> dict[str, Any]:

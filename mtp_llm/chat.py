@@ -179,7 +179,7 @@ class ChatFormat:
         if self.tool_path == "json" and openai_tools:
             return _JsonTurn.start(self, messages, openai_tools, tool_choice)
         rendered = [_native_message(m) for m in messages]
-        if openai_tools and tool_choice != "none" and not self.caps.get("supports_tools", True):
+        if openai_tools and not self.caps.get("supports_tools", True):
             # The template renders tool calls but never describes the tools: describe them here.
             rendered = _with_system_note(rendered, "Tools: " + json.dumps([t["function"] for t in openai_tools]))
         prompt = self._native.apply(
@@ -402,10 +402,9 @@ class _JsonTurn(ChatTurn):
         names = [f["name"] for f in functions]
         if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
             normalize_tool_choice(tool_choice, names)  # raises, naming the tools
-        flat = [_json_path_message(m) for m in messages]
-        if tool_choice == "none":
-            return _NativeTurn(fmt._native.apply(json.dumps(flat, ensure_ascii=False)))
-        flat = _with_system_note(flat, _tools_system_prompt(functions))
+        # "none" keeps the tools in the prompt (only the grammar forbids calls), so the prompt of
+        # an agent's answering turn extends its calling turn's and reuses its cached prefix.
+        flat = _with_system_note([_json_path_message(m) for m in messages], _tools_system_prompt(functions))
         turn = cls()
         turn.prompt = fmt._native.apply(json.dumps(flat, ensure_ascii=False)).prompt
         turn._grammar = _tool_call_grammar(functions, tool_choice)
@@ -456,8 +455,13 @@ def _json_path_message(message: Mapping[str, Any]) -> dict[str, Any]:
     content = _text_content(message.get("content"))
     calls = message.get("tool_calls") or []
     if role == "assistant" and calls:
+        # Compact, as the call grammar writes it: the rendered call then matches the cached tokens.
         written = [
-            json.dumps({"name": c["function"]["name"], "arguments": _loads(c["function"].get("arguments"))})
+            json.dumps(
+                {"name": c["function"]["name"], "arguments": _loads(c["function"].get("arguments"))},
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
             for c in calls
         ]
         content = "\n".join([content, *written]).strip()
@@ -493,7 +497,12 @@ def _tools_system_prompt(functions: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _tool_call_grammar(functions: Sequence[Mapping[str, Any]], tool_choice: str) -> str:
-    allowed = functions if tool_choice in ("auto", "required") else [f for f in functions if f["name"] == tool_choice]
+    if tool_choice == "none":
+        allowed: Sequence[Mapping[str, Any]] = []
+    elif tool_choice in ("auto", "required"):
+        allowed = functions
+    else:
+        allowed = [f for f in functions if f["name"] == tool_choice]
     variants: list[dict[str, Any]] = [
         {
             "type": "object",
@@ -503,7 +512,7 @@ def _tool_call_grammar(functions: Sequence[Mapping[str, Any]], tool_choice: str)
         }
         for f in allowed
     ]
-    if tool_choice == "auto":
+    if tool_choice in ("auto", "none"):
         variants.append(
             {
                 "type": "object",
@@ -526,11 +535,15 @@ def json_schema_grammar(schema: Mapping[str, Any], *, whitespace: Literal["none"
     if whitespace not in ("none", "single"):
         raise InvalidOptionError(f'whitespace must be "none" or "single" (got {whitespace!r})')
     space = 'space ::= ""' if whitespace == "none" else 'space ::= " "?'
-    return _SPACE_RULE.sub(space, _core.json_schema_grammar(json.dumps(dict(schema))))
+    grammar = _SPACE_RULE.sub(space, _core.json_schema_grammar(json.dumps(dict(schema))))
+    return grammar.replace(_UNBOUNDED_EXPONENT, _BOUNDED_EXPONENT)
 
 
 # llama.cpp's schema grammars allow newlines and indentation, which small models fill until max_tokens runs out.
 _SPACE_RULE = re.compile(r"^space ::= .*$", re.MULTILINE)
+# Their exponents take up to 16 digits: "1e400" parses as inf. Two digits keep every number finite.
+_UNBOUNDED_EXPONENT = "([eE] [-+]? integral-part)?"
+_BOUNDED_EXPONENT = "([eE] [-+]? [0-9] [0-9]?)?"
 
 
 def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:

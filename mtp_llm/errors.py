@@ -6,6 +6,8 @@ raises the matching subclass with a message that says what to change.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MTPError(Exception):
     """Base class of every mtp_llm error."""
@@ -54,6 +56,20 @@ class ChatParseError(MTPError, ValueError):
     """The model's output does not parse in its chat template's format."""
 
 
+class StructuredOutputError(MTPError, ValueError):
+    """An answer asked for as structured output does not parse: cut by ``max_tokens`` before its
+    JSON closed, or JSON that does not match the schema. Carries ``text`` (the raw answer),
+    ``finish_reason`` and ``stats`` (the call's :class:`~mtp_llm.MTPStats` dict, or None)."""
+
+    def __init__(
+        self, message: str, *, text: str = "", finish_reason: str | None = None, stats: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.text = text
+        self.finish_reason = finish_reason
+        self.stats = stats
+
+
 class GrammarError(MTPError, ValueError):
     """The GBNF grammar does not parse."""
 
@@ -97,5 +113,6 @@ __all__ = [
     "ModelLoadError",
     "RPCConnectionError",
     "SessionBusyError",
+    "StructuredOutputError",
     "ToolSchemaError",
 ]

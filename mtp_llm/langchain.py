@@ -8,10 +8,12 @@ callbacks, and publish the speculative-decoding stats of every call:
 * on the final chunk's ``generation_info`` (``MTPLLM``) / the message's
   ``response_metadata`` (``ChatMTP``), and in ``LLMResult.llm_output`` for
   non-streamed calls, under :data:`~mtp_llm.stats.STATS_KEY` (``"mtp_stats"``);
+  so every tracer (LangSmith, ``collect_runs``, a custom ``BaseTracer``) finds them in the
+  LLM run's outputs, and a chat message's ``usage_metadata`` counts the tokens;
 * as an ``on_custom_event`` named ``"mtp_stats"`` (data: ``{"stats": {...},
   "final": bool}``), at the end of each call and every ``emit_stats_every``
-  tokens, visible to handlers and in ``astream_events(version="v2")``;
-* in the LangSmith run's metadata (``extra.metadata["mtp_stats"]``);
+  tokens, to the LLM run (a chat model's ``stream``: to the enclosing chain), visible to
+  handlers and in ``astream_events(version="v2")``;
 * to :class:`MTPStatsHandler`, which collects the stats of every call in a chain.
 
 Setup:
@@ -41,6 +43,7 @@ Tool calling:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +57,7 @@ from langchain_core.callbacks import (
     CallbackManager,
     CallbackManagerForLLMRun,
 )
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel, BaseLLM, LanguageModelInput
 from langchain_core.language_models.chat_models import generate_from_stream
@@ -74,25 +78,24 @@ from langchain_core.outputs import (
     GenerationChunk,
     LLMResult,
 )
-from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableMap, RunnablePassthrough
+from langchain_core.exceptions import OutputParserException
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import Field
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import chat_turn, logprob_entry, openai_message, stats_payload
-from ._langchain_runs import Targeter, areport, report, run_target, stream_target, streaming_config
+from ._integration import chat_turn, json_object, logprob_entry, openai_message, parse_structured, stats_payload
 from .chat import ChatDelta, ChatTurn, ToolCall, json_schema_grammar, normalize_tool_choice
-from .errors import InvalidOptionError
+from .errors import InvalidOptionError, StructuredOutputError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .options import GenerationOptions
 from .model import Model
 from .session import MTP
-from .stats import STATS_KEY
+from .stats import STATS_KEY, MTPStats
 
-__all__ = ["MTPLLM", "STATS_KEY", "ChatMTP", "MTPEmbeddings", "MTPStatsHandler"]
+__all__ = ["MTPLLM", "STATS_KEY", "ChatMTP", "MTPEmbeddings", "MTPStatsHandler", "StructuredOutputParserError"]
 
 _PROVIDER = "mtp_llm"
 # Keyword arguments LangChain passes through to the model that are not generation options.
@@ -147,6 +150,14 @@ class _MTPParams(LLMFields):
             params["ls_stop"] = list(stop or self.stop or [])
         return params
 
+    def get_token_ids(self, text: str) -> list[int]:
+        """The model's own token ids of ``text`` (no BOS; ``<|...|>`` markers as special tokens, as
+        in a prompt), unless ``custom_get_token_ids`` is set. ``get_num_tokens`` counts them."""
+        custom: Callable[[str], list[int]] | None = getattr(self, "custom_get_token_ids", None)
+        if custom is not None:
+            return custom(text)
+        return self.client.model.tokenize(text, add_special=False)
+
     @property
     def _identifying_params(self) -> dict[str, Any]:
         """Small, JSON-safe identifying parameters (no native handles)."""
@@ -168,13 +179,6 @@ class _MTPParams(LLMFields):
 class _Chunker:
     """Turns engine events into LangChain chunks (one subclass per model type)."""
 
-    first: Any = None
-    """The first chunk handed out (LangChain writes the run id into chat chunks)."""
-
-    def first_message_id(self) -> str | None:
-        """The first chat chunk's message id, once LangChain has set it."""
-        return self.first.message.id if self.first is not None else None
-
     def token(self, event: TokenEvent) -> Any:
         raise NotImplementedError
 
@@ -182,34 +186,72 @@ class _Chunker:
         raise NotImplementedError
 
 
+RunManager = CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun
+
+
+def _stats_event(stats: MTPStats, final: bool) -> dict[str, Any]:
+    return {"stats": stats_payload(stats), "final": final}
+
+
+def _run_events(run_manager: RunManager, manager_cls: type[Any]) -> Any:
+    """A callback manager whose custom events belong to the LLM run of ``run_manager``."""
+    return manager_cls(
+        handlers=run_manager.handlers,
+        inheritable_handlers=run_manager.inheritable_handlers,
+        parent_run_id=run_manager.run_id,
+        tags=run_manager.tags,
+        metadata=run_manager.metadata,
+    )
+
+
+def _report(run_manager: CallbackManagerForLLMRun | None, stats: MTPStats, final: bool) -> None:
+    """The ``mtp_stats`` custom event, to the call's LLM run; a chat model's streamed call is not
+    handed its run, so there the event goes to the enclosing run (a chain), if any."""
+    data = _stats_event(stats, final)
+    if run_manager is not None:
+        _run_events(run_manager, CallbackManager).on_custom_event(STATS_KEY, data, run_id=run_manager.run_id)
+        return
+    with contextlib.suppress(RuntimeError):  # no enclosing run
+        dispatch_custom_event(STATS_KEY, data)
+
+
+async def _areport(run_manager: AsyncCallbackManagerForLLMRun | None, stats: MTPStats, final: bool) -> None:
+    """Async :func:`_report`."""
+    data = _stats_event(stats, final)
+    if run_manager is not None:
+        manager = _run_events(run_manager, AsyncCallbackManager)
+        await manager.on_custom_event(STATS_KEY, data, run_id=run_manager.run_id)
+        return
+    with contextlib.suppress(RuntimeError):
+        await adispatch_custom_event(STATS_KEY, data)
+
+
 def _drive(
     events: Iterator[Event],
     chunker: _Chunker,
-    target: Targeter,
+    run_manager: CallbackManagerForLLMRun | None,
     token_callback: CallbackManagerForLLMRun | None,
 ) -> Iterator[Any]:
-    """The sync path: engine events -> chunks, token callbacks, stats reports
+    """The sync path: engine events -> chunks, token callbacks, stats events
     (dispatch on the exact event type: the per-token branch comes first)."""
     for event in events:
         kind = type(event)
         if kind is TokenEvent:
             chunk = chunker.token(event)  # type: ignore[arg-type]
-            if chunker.first is None:
-                chunker.first = chunk
             if token_callback is not None:
                 token_callback.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
         elif kind is StatsEvent:
-            report(target(), event.stats, final=False)  # type: ignore[union-attr]
+            _report(run_manager, event.stats, final=False)  # type: ignore[union-attr]
         elif kind is DoneEvent:
-            report(target(), event.stats, final=True)  # type: ignore[union-attr]
+            _report(run_manager, event.stats, final=True)  # type: ignore[union-attr]
             yield chunker.done(event)  # type: ignore[arg-type]
 
 
 async def _adrive(
     events: AsyncIterator[Event],
     chunker: _Chunker,
-    target: Targeter,
+    run_manager: AsyncCallbackManagerForLLMRun | None,
     token_callback: AsyncCallbackManagerForLLMRun | None,
 ) -> AsyncIterator[Any]:
     """The async path: the same translation as :func:`_drive` over ``MTP.astream_events``."""
@@ -217,19 +259,53 @@ async def _adrive(
         kind = type(event)
         if kind is TokenEvent:
             chunk = chunker.token(event)  # type: ignore[arg-type]
-            if chunker.first is None:
-                chunker.first = chunk
             if token_callback is not None:
                 await token_callback.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
         elif kind is StatsEvent:
-            await areport(target(), event.stats, final=False)  # type: ignore[union-attr]
+            await _areport(run_manager, event.stats, final=False)  # type: ignore[union-attr]
         elif kind is DoneEvent:
-            await areport(target(), event.stats, final=True)  # type: ignore[union-attr]
+            await _areport(run_manager, event.stats, final=True)  # type: ignore[union-attr]
             yield chunker.done(event)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ MTPLLM --
+
+
+class StructuredOutputParserError(StructuredOutputError, OutputParserException):
+    """:class:`~mtp_llm.StructuredOutputError` that LangChain's parsers and retry wrappers also
+    catch as an ``OutputParserException`` (``llm_output`` is the raw answer)."""
+
+    def __init__(
+        self, message: str, *, text: str = "", finish_reason: str | None = None, stats: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, text=text, finish_reason=finish_reason, stats=stats)
+        self.llm_output = text
+
+
+def _structured_parser(schema: dict[str, Any] | type, method: str) -> Callable[[BaseMessage], Any]:
+    """What ``with_structured_output`` turns the answer into: an instance of a pydantic ``schema``,
+    else the JSON object; a cut or mismatching answer raises :class:`StructuredOutputParserError`."""
+    if isinstance(schema, type) and is_basemodel_subclass(schema):
+        validate = getattr(schema, "model_validate", None) or getattr(schema, "parse_obj")
+        what = schema.__name__
+    else:
+        validate, what = json_object, "a JSON object"
+    fix = 'use method="json_schema" (the default), whose grammar enforces the schema' if method == "json_mode" else ""
+
+    def parse(message: BaseMessage) -> Any:
+        metadata = message.response_metadata
+        return parse_structured(
+            message.text,
+            validate,
+            what,
+            finish_reason=metadata.get("finish_reason"),
+            stats=metadata.get(STATS_KEY),
+            fix=fix,
+            error=StructuredOutputParserError,
+        )
+
+    return parse
 
 
 class _TextChunker(_Chunker):
@@ -301,7 +377,7 @@ class MTPLLM(_MTPParams, BaseLLM):
     ) -> Iterator[GenerationChunk]:
         options = self._lc_call_options(stop, kwargs)
         events = self.client.stream_events(prompt, options=options)
-        for chunk in _drive(events, _TextChunker(self.client.model), run_target(run_manager), run_manager):
+        for chunk in _drive(events, _TextChunker(self.client.model), run_manager, run_manager):
             if (kept := _mergeable(chunk)) is not None:
                 yield kept
 
@@ -314,7 +390,7 @@ class MTPLLM(_MTPParams, BaseLLM):
     ) -> AsyncIterator[GenerationChunk]:
         options = self._lc_call_options(stop, kwargs)
         events = self.client.astream_events(prompt, options=options)
-        async for chunk in _adrive(events, _TextChunker(self.client.model), run_target(run_manager), run_manager):
+        async for chunk in _adrive(events, _TextChunker(self.client.model), run_manager, run_manager):
             if (kept := _mergeable(chunk)) is not None:
                 yield kept
 
@@ -554,16 +630,29 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
             grammar=json_schema_grammar(json_schema),
             ls_structured_output_format={"kwargs": {"method": method}, "schema": json_schema},
         )
-        parser: Runnable[Any, Any] = (
-            PydanticOutputParser(pydantic_object=schema)
-            if isinstance(schema, type) and is_basemodel_subclass(schema)  # pydantic 2 or its v1 models
-            else JsonOutputParser()
-        )
+        parser = RunnableLambda(_structured_parser(schema, method), name="MTPStructuredOutputParser")
         if not include_raw:
             return llm | parser
         parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
         failed = RunnablePassthrough.assign(parsed=lambda _: None)
         return RunnableMap(raw=llm) | parsed.with_fallbacks([failed], exception_key="parsing_error")
+
+    def get_num_tokens_from_messages(self, messages: list[BaseMessage], tools: Sequence[Any] | None = None) -> int:
+        """Tokens of the prompt ``messages`` (and ``tools``) make: rendered with the model's chat
+        template and tokenized as a call would (the count a call reports as ``input_tokens``);
+        ``trim_messages(token_counter=chat)`` counts with it."""
+        if not messages:
+            return 0
+        formatted = [convert_to_openai_tool(t) for t in tools or ()]
+        turn = chat_turn(
+            self.client,
+            self.chat_template,
+            _openai_messages(messages),
+            tools=formatted,
+            enable_thinking=self.enable_thinking,
+            reasoning_effort=self.reasoning_effort,
+        )
+        return len(self.client.tokenize_prompt(turn.prompt))
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
@@ -580,31 +669,6 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
         )
         return turn.prompt, turn.options(self._lc_call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn, self.client.model)
 
-    def stream(
-        self,
-        input: LanguageModelInput,
-        config: RunnableConfig | None = None,
-        *,
-        stop: list[str] | None = None,
-        **kwargs: Any,
-    ) -> Iterator[AIMessageChunk]:
-        """See ``BaseChatModel.stream``; also lets the stats reach this run's handlers."""
-        with streaming_config(config, CallbackManager) as config:
-            yield from super().stream(input, config, stop=stop, **kwargs)
-
-    async def astream(
-        self,
-        input: LanguageModelInput,
-        config: RunnableConfig | None = None,
-        *,
-        stop: list[str] | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[AIMessageChunk]:
-        """See ``BaseChatModel.astream``; also lets the stats reach this run's handlers."""
-        with streaming_config(config, AsyncCallbackManager) as config:
-            async for chunk in super().astream(input, config, stop=stop, **kwargs):
-                yield chunk
-
     def _stream(
         self,
         messages: list[BaseMessage],
@@ -613,8 +677,8 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
-        target = stream_target(self, run_manager, chunker.first_message_id)
-        yield from _drive(self.client.stream_events(prompt, options=options), chunker, target, None)
+        # LangChain fires the token callbacks of a chat model's stream itself.
+        yield from _drive(self.client.stream_events(prompt, options=options), chunker, run_manager, None)
 
     async def _astream(
         self,
@@ -624,8 +688,7 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
-        target = stream_target(self, run_manager, chunker.first_message_id)
-        async for chunk in _adrive(self.client.astream_events(prompt, options=options), chunker, target, None):
+        async for chunk in _adrive(self.client.astream_events(prompt, options=options), chunker, run_manager, None):
             yield chunk
 
     def _generate(
@@ -636,7 +699,7 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
-        chunks = list(_drive(self.client.stream_events(prompt, options=options), chunker, run_target(run_manager), run_manager))
+        chunks = list(_drive(self.client.stream_events(prompt, options=options), chunker, run_manager, run_manager))
         return _chat_result(chunks)
 
     async def _agenerate(
@@ -648,7 +711,7 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
     ) -> ChatResult:
         prompt, options, chunker = self._prepare(messages, stop, kwargs)
         events = self.client.astream_events(prompt, options=options)
-        return _chat_result([c async for c in _adrive(events, chunker, run_target(run_manager), run_manager)])
+        return _chat_result([c async for c in _adrive(events, chunker, run_manager, run_manager)])
 
 
 def _chat_result(chunks: list[ChatGenerationChunk]) -> ChatResult:

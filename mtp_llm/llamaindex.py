@@ -28,7 +28,7 @@ Every call publishes its speculative-decoding stats under
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
@@ -53,6 +53,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.llms.structured_llm import StructuredLLM
 from llama_index.core.instrumentation.events.llm import LLMStructuredPredictEndEvent, LLMStructuredPredictStartEvent
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools.types import BaseTool
@@ -61,8 +62,9 @@ from pydantic import BaseModel
 from llama_index_instrumentation.base import BaseEvent
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import chat_turn, display_name, logprob_entry, openai_message, stats_payload
+from ._integration import chat_turn, display_name, logprob_entry, openai_message, parse_structured, stats_payload
 from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall, json_schema_grammar
+from .errors import ChatParseError, InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
 from .model import Model
 from .options import GenerationOptions
@@ -76,6 +78,9 @@ Model_ = TypeVar("Model_", bound=BaseModel)
 
 _TOOL_CALLS = "tool_calls"
 """Key of the tool calls in an assistant message's ``additional_kwargs``."""
+
+_LLAMAINDEX_NAMES = {"context_window": "n_ctx", "num_output": "max_tokens"}
+"""LlamaIndex's names of two options (``Settings.context_window``, ``Settings.num_output``): accepted by the constructor."""
 
 _ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool", "developer": "system"}
 
@@ -124,9 +129,35 @@ class MTPLLM(FunctionCallingLLM, CustomLLM, ChatFields, LLMFields):
     draft length ("auto", or up to the session's longest).
     """
 
+    def __init__(self, /, **kwargs: Any) -> None:
+        for name, option in _LLAMAINDEX_NAMES.items():
+            if name in kwargs:
+                value = kwargs.pop(name)
+                if kwargs.get(option, value) != value:
+                    raise InvalidOptionError(f"MTPLLM() got {name}={value!r} and {option}={kwargs[option]!r}: pass one")
+                kwargs[option] = value
+        super().__init__(**kwargs)
+
     @classmethod
     def class_name(cls) -> str:
         return "MTPLLM"
+
+    @property
+    def context_window(self) -> int:
+        """Tokens one call can hold, prompt and answer (LlamaIndex's name for ``n_ctx``)."""
+        return int(self.n_ctx)
+
+    @property
+    def tokenizer(self) -> Callable[[str], list[int]]:
+        """The model's own tokenizer as LlamaIndex takes one (``Settings.tokenizer = llm.tokenizer``):
+        prompt helpers, splitters and ``TokenCountingHandler`` then count this model's tokens."""
+        model = self.session.model
+        return lambda text: model.tokenize(text, add_special=False)
+
+    @property
+    def num_output(self) -> int:
+        """Tokens an answer may have (LlamaIndex's name for ``max_tokens``)."""
+        return self._call_options({}).max_tokens
 
     # ------------------------------------------------------------ engine --
 
@@ -139,8 +170,8 @@ class MTPLLM(FunctionCallingLLM, CustomLLM, ChatFields, LLMFields):
     def metadata(self) -> LLMMetadata:
         session = self.session
         return LLMMetadata(
-            context_window=session.n_ctx,
-            num_output=self._call_options({}).max_tokens,
+            context_window=session.n_ctx_slot,
+            num_output=self.num_output,
             is_chat_model=self._template() is not None,
             is_function_calling_model=True,
             model_name=self._display_name(),
@@ -276,8 +307,7 @@ class MTPLLM(FunctionCallingLLM, CustomLLM, ChatFields, LLMFields):
             return predicted
         dispatcher.event(LLMStructuredPredictStartEvent(output_cls=output_cls, template=prompt, template_args=prompt_args))
         messages = prompt.format_messages(llm=self, **prompt_args)
-        response = self.chat(messages, **_structured_kwargs(output_cls, llm_kwargs))
-        result: Model_ = output_cls.model_validate_json(response.message.content or "")
+        result, _ = self._structured_chat(output_cls, messages, llm_kwargs)
         dispatcher.event(LLMStructuredPredictEndEvent(output=result))
         return result
 
@@ -294,10 +324,27 @@ class MTPLLM(FunctionCallingLLM, CustomLLM, ChatFields, LLMFields):
             return apredicted
         dispatcher.event(LLMStructuredPredictStartEvent(output_cls=output_cls, template=prompt, template_args=prompt_args))
         messages = prompt.format_messages(llm=self, **prompt_args)
-        response = await self.achat(messages, **_structured_kwargs(output_cls, llm_kwargs))
-        result: Model_ = output_cls.model_validate_json(response.message.content or "")
+        result, _ = await self._astructured_chat(output_cls, messages, llm_kwargs)
         dispatcher.event(LLMStructuredPredictEndEvent(output=result))
         return result
+
+    def _structured_chat(
+        self, output_cls: type[Model_], messages: Sequence[ChatMessage], llm_kwargs: dict[str, Any] | None
+    ) -> tuple[Model_, ChatResponse]:
+        """The answer to ``messages`` under ``output_cls``'s schema grammar, parsed, and its response."""
+        response = self.chat(messages, **_structured_kwargs(output_cls, llm_kwargs))
+        return _parsed(output_cls, response), response
+
+    async def _astructured_chat(
+        self, output_cls: type[Model_], messages: Sequence[ChatMessage], llm_kwargs: dict[str, Any] | None
+    ) -> tuple[Model_, ChatResponse]:
+        response = await self.achat(messages, **_structured_kwargs(output_cls, llm_kwargs))
+        return _parsed(output_cls, response), response
+
+    def as_structured_llm(self, output_cls: type[BaseModel], **kwargs: Any) -> StructuredLLM:
+        """LlamaIndex's structured LLM whose chat answers are generated under ``output_cls``'s schema
+        grammar and parsed as :meth:`structured_predict` does; each response carries the call's stats."""
+        return _MTPStructuredLLM(llm=self, output_cls=output_cls, **kwargs)
 
     # -------------------------------------------------------- tool calling --
 
@@ -326,7 +373,10 @@ class MTPLLM(FunctionCallingLLM, CustomLLM, ChatFields, LLMFields):
     ) -> list[ToolSelection]:
         calls = response.message.additional_kwargs.get(_TOOL_CALLS) or []
         if not calls and error_on_no_tool_call:
-            raise ValueError(f"expected at least one tool call, got: {response.message.content!r}")
+            raise ChatParseError(
+                f"expected at least one tool call, got the answer {response.message.content!r}: pass "
+                "tool_required=True (or tool_choice) to force a call, or error_on_no_tool_call=False"
+            )
         return [ToolSelection(tool_id=c["id"], tool_name=c["name"], tool_kwargs=c["arguments"]) for c in calls]
 
 
@@ -489,6 +539,43 @@ class MTPEmbedding(BaseEmbedding, EmbeddingFields):
 
 
 # ------------------------------------------------------------------ helpers --
+
+
+def _parsed(output_cls: type[Model_], response: ChatResponse) -> Model_:
+    extra = response.additional_kwargs
+    return parse_structured(
+        response.message.content or "",
+        output_cls.model_validate,
+        output_cls.__name__,
+        finish_reason=extra.get("finish_reason"),
+        stats=extra.get(STATS_KEY),
+    )
+
+
+class _MTPStructuredLLM(StructuredLLM):
+    """:class:`StructuredLLM` over :class:`MTPLLM`: answers parsed by :meth:`MTPLLM.structured_predict`'s
+    path, the call's stats in ``additional_kwargs`` and the parsed object in ``raw``."""
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MTPStructuredLLM"
+
+    @staticmethod
+    def _response(output: BaseModel, response: ChatResponse) -> ChatResponse:
+        message = ChatMessage(role=MessageRole.ASSISTANT, content=output.model_dump_json())
+        return ChatResponse(message=message, raw=output, additional_kwargs=dict(response.additional_kwargs))
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        llm = self.llm
+        assert isinstance(llm, MTPLLM)
+        return self._response(*llm._structured_chat(self.output_cls, messages, kwargs))
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        llm = self.llm
+        assert isinstance(llm, MTPLLM)
+        return self._response(*await llm._astructured_chat(self.output_cls, messages, kwargs))
 
 
 def _structured_kwargs(output_cls: type[BaseModel], llm_kwargs: dict[str, Any] | None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, Union
 
 from . import _core
+from ._option_names import unknown_option_error
 from .errors import InvalidOptionError
 
 DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp's LLAMA_DEFAULT_SEED: a random seed per call
@@ -160,9 +161,9 @@ class SessionOptions:
         """Options from keyword arguments (those of :class:`mtp_llm.MTP`), naming the valid ones
         when one is unknown."""
         names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(kwargs) - set(names))
+        unknown = set(kwargs) - set(names)
         if unknown:
-            raise InvalidOptionError(f"unknown session option(s) {unknown}; valid options: {names}")
+            raise unknown_option_error("MTP()", unknown, names)
         return cls(**kwargs)
 
     @property
@@ -291,9 +292,9 @@ class GenerationOptions:
         None leaves a field at ``base``'s value, except for the fields whose None
         means "none" (timeout, grammar, n_draft)."""
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - names)
+        unknown = set(kwargs) - names
         if unknown:
-            raise InvalidOptionError(f"unknown generation option(s) {unknown}; valid options: {sorted(names)}")
+            raise unknown_option_error("the call", unknown, names)
         values = {k: v for k, v in kwargs.items() if v is not None or k in _OPTIONAL_FIELDS}
         return dataclasses.replace(base or cls(), **values)
 

@@ -93,7 +93,7 @@ def assert_accept100_stats(stats: dict[str, Any], tokens: int = N) -> None:
 
 
 def test_public_names() -> None:
-    assert sorted(lc.__all__) == ["ChatMTP", "MTPEmbeddings", "MTPLLM", "MTPStatsHandler", "STATS_KEY"]
+    assert sorted(lc.__all__) == ["ChatMTP", "MTPEmbeddings", "MTPLLM", "MTPStatsHandler", "STATS_KEY", "StructuredOutputParserError"]
     assert lc.STATS_KEY == STATS_KEY == "mtp_stats"
 
 
@@ -282,29 +282,34 @@ def test_custom_events_and_stats_handler(llm: MTPLLM, chat: ChatMTP) -> None:
     assert len(rec.tokens) == N and isinstance(rec.tokens[0][1], ChatGenerationChunk)
 
 
-def test_chat_stream_reports_stats_to_its_own_run(chat: ChatMTP) -> None:
+def test_chat_stream_reports_stats(chat: ChatMTP) -> None:
     every = chat.model_copy(update={"emit_stats_every": 6})
     rec = Recorder()
     assert "".join(c.text for c in every.stream("hi", config={"callbacks": [rec]})) == "a" * N
-    assert [d["final"] for _, d in rec.custom] == [False, False, True]
-    assert rec.custom_runs == rec.model_runs * 3  # attached to the chat model's run
+    # LangChain does not hand a chat model's stream its run: the stats come with the result.
+    assert rec.custom == []
+    (result,) = rec.results
+    assert_accept100_stats(result.generations[0][0].message.response_metadata[STATS_KEY])
     rec = Recorder()
     chain = PromptTemplate.from_template("{q}") | every | StrOutputParser()
     assert "".join(chain.stream({"q": "x"}, config={"callbacks": [rec]})) == "a" * N
-    assert len(rec.custom) == 3 and rec.custom_runs == rec.model_runs * 3
+    # Inside a chain the events go to the enclosing run.
+    assert [d["final"] for _, d in rec.custom] == [False, False, True]
+    assert len(set(rec.custom_runs)) == 1 and rec.custom_runs[0] not in rec.model_runs
 
 
-async def test_chat_astream_events_top_level(chat: ChatMTP) -> None:
+async def test_chat_astream_events(chat: ChatMTP) -> None:
     events = [e async for e in chat.astream_events("hi", version="v2")]
-    (start,) = [e for e in events if e["event"] == "on_chat_model_start"]
-    (custom,) = [e for e in events if e["event"] == "on_custom_event"]
-    assert custom["name"] == STATS_KEY and custom["run_id"] == start["run_id"]
-    assert_accept100_stats(custom["data"]["stats"])
+    assert [e for e in events if e["event"] == "on_custom_event"] == []
     (end,) = [e for e in events if e["event"] == "on_chat_model_end"]
     assert_accept100_stats(end["data"]["output"].response_metadata[STATS_KEY])
-    rec = Recorder()
-    pieces = [c.text async for c in chat.astream("hi", config={"callbacks": [rec]})]
-    assert "".join(pieces) == "a" * N and rec.custom_runs == rec.model_runs
+    chain = PromptTemplate.from_template("{q}") | chat
+    events = [e async for e in chain.astream_events({"q": "hi"}, version="v2")]
+    (custom,) = [e for e in events if e["event"] == "on_custom_event"]
+    assert custom["name"] == STATS_KEY
+    assert_accept100_stats(custom["data"]["stats"])
+    (end,) = [e for e in events if e["event"] == "on_chat_model_end"]
+    assert end["data"]["output"].response_metadata[STATS_KEY] == custom["data"]["stats"]
 
 
 # ---------------------------------------------------------------- async --
@@ -434,8 +439,9 @@ def test_tool_calls_stream(tool_chat: ChatMTP) -> None:
 
 
 def test_tool_choice_none_answers_in_text(chat: ChatMTP) -> None:
-    msg = chat.bind_tools([get_weather], tool_choice="none").invoke("hi")
-    assert msg.content == "a" * N and msg.tool_calls == []
+    msg = chat.bind_tools([get_weather], tool_choice="none").invoke("hi", max_tokens=40)
+    # A template without a tool format answers as {"response": "..."}: the opening takes 12 tokens.
+    assert msg.content == "a" * 28 and msg.tool_calls == []
 
 
 def test_bad_tool_choice_raises(chat: ChatMTP) -> None:
@@ -467,7 +473,8 @@ def test_manual_tool_loop(tool_chat: ChatMTP) -> None:
     messages += [ai, get_weather.invoke(call)]
     assert isinstance(messages[-1], ToolMessage)
     final = tool_chat.bind_tools([get_weather], tool_choice="none").invoke(messages)
-    assert isinstance(final, AIMessage) and final.content and not final.tool_calls
+    assert isinstance(final, AIMessage) and not final.tool_calls
+    assert final.response_metadata["finish_reason"] == "eog"  # the answer closed (the random model's is empty)
 
 
 def _run_agent_with_one_tool_call(chat: ChatMTP) -> None:
@@ -488,8 +495,10 @@ def _run_agent_with_one_tool_call(chat: ChatMTP) -> None:
     assert state["messages"][1].tool_calls[0]["name"] == "get_weather"
     assert state["messages"][2].content.startswith("It is sunny in")
     assert len(handler.calls) == 2
-    # The second model call re-sends the conversation: served from the prompt cache.
-    assert handler.calls[1]["prompt_tokens_cached"] > 0
+    # The answering call's prompt extends the calling call's ("none" keeps the tools in it): all of that
+    # comes from the prompt cache.
+    calling, answering = handler.calls
+    assert answering["prompt_tokens_cached"] >= calling["prompt_tokens"] > 0
     assert state["messages"][3].usage_metadata["input_token_details"]["cache_read"] > 0
 
 
@@ -518,42 +527,57 @@ def langsmith_server() -> Iterator[tuple[str, type[Recorded]]]:
         server.server_close()
 
 
+def _stats_in_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
+    """Where a trace's LLM run outputs hold the stats (and the chat message's token usage)."""
+    generation = outputs["generations"][0][0]
+    found = {"generation_info": (generation.get("generation_info") or {}).get(STATS_KEY)}
+    if outputs.get("llm_output"):
+        found["llm_output"] = outputs["llm_output"].get(STATS_KEY)
+    if "message" in generation:
+        message = generation["message"]["kwargs"]
+        found["response_metadata"] = message["response_metadata"][STATS_KEY]
+        found["usage_metadata"] = message["usage_metadata"]
+    return found
+
+
 @pytest.mark.parametrize("kind", ["llm", "chat", "chat-stream"])
-def test_langsmith_trace_carries_stats(
+def test_trace_stats_alike_in_langsmith_and_collect_runs(
     langsmith_server: tuple[str, type[Recorded]], llm: MTPLLM, chat: ChatMTP, kind: str
 ) -> None:
+    from langchain_core.tracers.context import collect_runs
     from langchain_core.tracers.langchain import LangChainTracer
     from langsmith import Client
 
     url, handler = langsmith_server
     client = Client(api_url=url, api_key="test-key", auto_batch_tracing=True)
     tracer = LangChainTracer(client=client, project_name="mtp-llm-tests")
-    model = llm if kind == "llm" else chat
-    chain = PromptTemplate.from_template("{q}") | model
-    if kind == "chat-stream":
-        assert "".join(c.text for c in chain.stream({"q": "hello"}, config={"callbacks": [tracer]})) == "a" * N
-    else:
-        chain.invoke({"q": "hello"}, config={"callbacks": [tracer]})
+    chain = PromptTemplate.from_template("{q}") | (llm if kind == "llm" else chat)
+
+    def run(callbacks: list[Any]) -> None:
+        if kind == "chat-stream":
+            assert "".join(c.text for c in chain.stream({"q": "hello"}, config={"callbacks": callbacks})) == "a" * N
+        else:
+            chain.invoke({"q": "hello"}, config={"callbacks": callbacks})
+
+    run([tracer])
     tracer.wait_for_futures()
     client.flush()
+    (posted,) = [r for r in posted_runs(handler.requests).values() if r.get("run_type") == "llm"]
+    with collect_runs() as collector:
+        run([])
+    (collected,) = [r for r in collector.traced_runs[0].child_runs if r.run_type == "llm"]
 
-    runs = posted_runs(handler.requests)
-    model_runs = [r for r in runs.values() if r.get("run_type") == "llm"]
-    assert len(model_runs) == 1, runs
-    run = model_runs[0]
-    metadata = run["extra"]["metadata"]
-    assert metadata["ls_provider"] == "mtp_llm" and metadata["ls_model_name"] == "accept100"
-    stats = metadata[STATS_KEY]
-    assert_accept100_stats(stats)
-    assert {"acceptance_rate", "drafts_generated", "tokens_per_sec", "timing_us"} <= set(stats)
-    outputs = run["outputs"]
-    assert STATS_KEY in json.dumps(outputs)
-    if kind == "llm":
-        assert_accept100_stats(outputs["llm_output"][STATS_KEY])
-    else:
-        message = outputs["generations"][0][0]["message"]["kwargs"]
-        assert_accept100_stats(message["response_metadata"][STATS_KEY])
-        assert metadata.get("usage_metadata", {}).get("output_tokens", N) == N
+    in_langsmith = _stats_in_outputs(posted["outputs"])
+    in_collected = _stats_in_outputs(collected.outputs or {})
+    assert set(in_langsmith) == set(in_collected)
+    assert set(in_langsmith) >= ({"generation_info"} if kind == "chat-stream" else {"llm_output", "generation_info"})
+    for where, stats in [*in_langsmith.items(), *in_collected.items()]:
+        if where == "usage_metadata":
+            assert stats["output_tokens"] == N and stats["input_tokens"] > 0
+        else:
+            assert_accept100_stats(stats)
+    for metadata in (posted["extra"]["metadata"], (collected.extra or {})["metadata"]):
+        assert metadata["ls_provider"] == "mtp_llm" and metadata["ls_model_name"] == "accept100"
 
 
 _ENV_TRACING_SCRIPT = """
@@ -574,7 +598,7 @@ wait_for_all_tracers()
 import langchain_core.tracers.langchain as lt
 lt.get_client().flush()
 runs = [r for r in posted_runs(handler.requests).values() if r.get("run_type") == "llm"]
-print(json.dumps({"text": text, "metadata": [r["extra"]["metadata"] for r in runs]}))
+print(json.dumps({"text": text, "outputs": [r["outputs"] for r in runs]}))
 """
 
 
@@ -594,5 +618,7 @@ def test_langsmith_env_tracing_top_level_chat_stream(paths: dict[str, str]) -> N
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["text"] == "a" * N
-    (metadata,) = result["metadata"]
-    assert_accept100_stats(metadata[STATS_KEY])
+    (outputs,) = result["outputs"]
+    stats = _stats_in_outputs(outputs)
+    assert_accept100_stats(stats["response_metadata"])
+    assert stats["usage_metadata"]["output_tokens"] == N

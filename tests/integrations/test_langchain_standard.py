@@ -64,6 +64,13 @@ class _ChatMTPUnderTest:
     def has_tool_choice(self) -> bool:
         return True
 
+    @property
+    def standard_chat_model_params(self) -> dict[str, Any]:
+        # The suites also pass a remote model's max_retries and api_key, which ChatMTP refuses (it runs in this
+        # process: nothing to retry, no key); the other standard parameters stay.
+        params: dict[str, Any] = super().standard_chat_model_params  # type: ignore[misc]
+        return {k: v for k, v in params.items() if k not in ("max_retries", "api_key")}
+
 
 class TestChatMTPUnit(_ChatMTPUnderTest, ChatModelUnitTests):
     pass
@@ -92,6 +99,11 @@ class TestChatMTPIntegration(_ChatMTPUnderTest, ChatModelIntegrationTests):
     test_unicode_tool_call_integration = _xfail(
         ChatModelIntegrationTests.test_unicode_tool_call_integration,
         _ARBITRARY.format("expects the Chinese name from the question in the arguments"),
+    )
+    test_structured_output_optional_param = _xfail(
+        ChatModelIntegrationTests.test_structured_output_optional_param,
+        "the tiny random-weight test model fills a grammar-free string until max_tokens runs out: the cut "
+        "answer raises StructuredOutputParserError (finish_reason='length') instead of parsing partial JSON",
     )
 
 

@@ -31,7 +31,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import LLM
 from llama_index.core.tools import FunctionTool
 
-from mtp_llm import STATS_KEY, InvalidOptionError, Model
+from mtp_llm import STATS_KEY, ChatParseError, InvalidOptionError, Model
 from mtp_llm._integration import DEFAULT_CHAT_TEMPLATE, chat_prompt
 from mtp_llm.llamaindex import MTPLLM, MTPEmbedding, MTPStatsEvent
 
@@ -195,8 +195,10 @@ def test_per_call_options_override_defaults(tiny_paths: dict[str, Path]) -> None
 
     forced = make_llm(tiny_paths["accept100"]).complete("Hello", max_tokens=20, grammar='root ::= "bbb" "x"')
     assert forced.text == "bbbx", "a per-call grammar overrides the model's choice"
-    with pytest.raises(InvalidOptionError, match="unknown generation option"):
+    with pytest.raises(InvalidOptionError, match=r"^the call got unknown option 'not_an_option' \(no option of that name\)"):
         llm.complete("Hello", not_an_option=1)
+    with pytest.raises(InvalidOptionError, match=r"^the call got unknown option 'num_predict' \(Ollama's name\): use max_tokens"):
+        llm.complete("Hello", num_predict=1)
 
 
 # --------------------------------------------------------------- chat ---
@@ -413,7 +415,7 @@ def test_tool_calls_always_parse_and_feed_back(tiny_paths: dict[str, Path], reco
     assert not (answer.message.content or "").startswith("{"), "the direct answer is unwrapped from its JSON"
     last_start = recorder.of(LLMChatStartEvent)[-1]
     assert ("tool", output.content) in [(m.role.value, m.content) for m in last_start.messages]
-    with pytest.raises(ValueError, match="tool call"):
+    with pytest.raises(ChatParseError, match="expected at least one tool call, got the answer"):
         llm.get_tool_calls_from_response(answer)
 
 
