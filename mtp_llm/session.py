@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import itertools
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from . import _core
-from .errors import InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
+from .errors import GenerationTimeoutError, InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TextScore, TokenEvent
 from .model import Model
 from .options import DraftLength, GenerationOptions, SessionOptions, option_specs
@@ -34,15 +36,36 @@ def _on_event_loop_thread() -> bool:
     return True
 
 
+class _Holder:
+    """A generation holding a slot: who, since when, and whether it waits for its reader."""
+
+    __slots__ = ("thread_id", "thread", "task", "since", "at_yield")
+
+    def __init__(self, task: str | None = None) -> None:
+        self.thread_id = None if task is not None else threading.get_ident()
+        """The holding thread (None for an asyncio task: it never waits on itself)."""
+        self.thread = threading.current_thread().name
+        self.task = task
+        self.since = time.monotonic()
+        self.at_yield = False
+        """Suspended at a yield: the stream waits for its reader to take the next piece."""
+
+    def describe(self, now: float) -> str:
+        stream = f"an async stream in task {self.task!r}" if self.task is not None else f"a stream in thread {self.thread!r}"
+        state = "that was not exhausted or closed" if self.at_yield else "still generating"
+        return f"held for {now - self.since:.1f} s by {stream} {state}"
+
+
 class _SlotGate:
     """Admission to a session's ``n_parallel`` slots: when all are taken, other threads wait
-    and asyncio tasks await; a thread that already holds one, or the event loop's own
-    thread, gets SessionBusyError instead (it would wait on itself)."""
+    and asyncio tasks await, until a slot frees or the call's ``timeout`` (one deadline for
+    the wait and the generation) passes; a thread that already holds one, or the event loop's
+    own thread, gets SessionBusyError instead (it would wait on itself)."""
 
     def __init__(self, n_slots: int) -> None:
         self._n_slots = n_slots
         self._free = n_slots
-        self._owners: dict[object, int] = {}
+        self._holders: list[_Holder] = []
         self._changed = threading.Condition()
 
     def _busy_error(self) -> SessionBusyError:
@@ -56,43 +79,86 @@ class _SlotGate:
             "stream?): exhaust or close it first, or create the session with a larger n_parallel"
         )
 
-    def _take(self, owner: object) -> None:
-        self._free -= 1
-        self._owners[owner] = self._owners.get(owner, 0) + 1
+    def _timeout_error(self, timeout: float) -> GenerationTimeoutError:
+        now = time.monotonic()
+        held = [h.describe(now) for h in sorted(self._holders, key=lambda h: h.since)]
+        if len(held) > 4:
+            held[4:] = [f"and {len(held) - 4} more"]
+        if self._n_slots == 1 and held:
+            where = f"the session's only slot has been {held[0]}"
+        else:
+            where = f"all {self._n_slots} slots of this session are taken: {', '.join(held)}"
+        return GenerationTimeoutError(
+            f"timed out waiting for a slot after {timeout:.1f} s: {where}; close or exhaust the stream (a dropped "
+            "one is released when garbage-collected), create the session with more slots (n_parallel), "
+            "or use another MTP session"
+        )
 
-    def release(self, owner: object) -> None:
+    def _take(self, holder: _Holder) -> _Holder:
+        self._free -= 1
+        self._holders.append(holder)
+        return holder
+
+    def release(self, holder: _Holder) -> None:
         with self._changed:
             self._free += 1
-            if self._owners[owner] == 1:
-                del self._owners[owner]
-            else:
-                self._owners[owner] -= 1
+            self._holders.remove(holder)
             self._changed.notify()
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
-        owner = threading.get_ident()
+    def hold(self, timeout: float | None) -> Iterator[_Holder]:
+        """A slot for this thread; without ``timeout`` the wait for it has no bound."""
+        start = time.monotonic()
         with self._changed:
             if self._free == 0:
-                if owner in self._owners or _on_event_loop_thread():
+                owner = threading.get_ident()
+                if any(h.thread_id == owner for h in self._holders) or _on_event_loop_thread():
                     # Waiting here would block the holder (this thread, or the event loop that finishes it).
                     raise self._busy_error()
                 while self._free == 0:
-                    self._changed.wait()
-            self._take(owner)
+                    if timeout is None:
+                        self._changed.wait()
+                    elif (left := start + timeout - time.monotonic()) > 0:
+                        self._changed.wait(left)
+                    else:
+                        raise self._timeout_error(timeout)
+            holder = self._take(_Holder())
         try:
-            yield
+            yield holder
         finally:
-            self.release(owner)
+            self.release(holder)
 
-    async def acquire_async(self, owner: object) -> None:
+    async def acquire_async(self, timeout: float | None) -> _Holder:
+        """A slot for the current task (release it with :meth:`release`)."""
         # Polling keeps cancellation safe: a cancelled waiter never holds a slot.
+        start = time.monotonic()
+        task = asyncio.current_task()
+        name = task.get_name() if task is not None else "?"
         while True:
             with self._changed:
                 if self._free > 0:
-                    self._take(owner)
-                    return
+                    return self._take(_Holder(name))
+                if timeout is not None and time.monotonic() - start >= timeout:
+                    raise self._timeout_error(timeout)
             await asyncio.sleep(0.002)
+
+
+def _time_left(options: GenerationOptions, started: float) -> GenerationOptions:
+    """``options`` with what is left of its timeout after the wait for a slot since ``started``."""
+    if options.timeout is None:
+        return options
+    return dataclasses.replace(options, timeout=max(options.timeout - (time.monotonic() - started), 1e-3))
+
+
+async def _settle(future: asyncio.Future[Any]) -> None:
+    """Waits for a worker thread's call whose awaiting task was cancelled (the native call
+    must end before its generation does), also through further cancellations, and retrieves
+    its outcome (GenerationCancelledError, mostly) so that asyncio has nothing to log."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):  # the caller raises CancelledError after
+            await asyncio.wait([future])
+    if not future.cancelled():
+        future.exception()
 
 
 _call_ids = itertools.count(1)  # ids of generations, for MTP._native.end_call
@@ -104,7 +170,9 @@ class MTP:
 
     Up to ``n_parallel`` generations run at once (default 1): each takes a slot, and every
     step drafts and verifies all running ones in shared batches; further calls from other
-    threads wait their turn, asyncio tasks await without blocking the loop.
+    threads wait their turn, asyncio tasks await without blocking the loop: without bound, or
+    within the call's ``timeout``, which counts the wait and the generation together (past it,
+    GenerationTimeoutError says what holds the slots).
     Statistics accumulate across calls (see :meth:`stats`).
 
     The other keyword arguments are the fields of :class:`SessionOptions` (``n_draft``,
@@ -358,12 +426,17 @@ class MTP:
         opts = self._call_options(options, kwargs)
         tokens = self.tokenize_prompt(prompt)
         self._check_open()
-        with self._slots.hold():
+        started = time.monotonic()
+        with self._slots.hold(opts.timeout) as holder:
+            opts = _time_left(opts, started)
             call = next(_call_ids)
             try:
                 # end_call in the finally: an interrupt right after begin() still ends the generation.
                 slot = self._begin(tokens, opts, call)
-                yield from self._drive(slot, opts)
+                for event in self._drive(slot, opts):
+                    holder.at_yield = True
+                    yield event
+                    holder.at_yield = False
             finally:
                 self._native.end_call(call)
 
@@ -377,8 +450,9 @@ class MTP:
         tokens = self.tokenize_prompt(prompt)
         self._check_open()
         loop = asyncio.get_running_loop()
-        owner = object()
-        await self._slots.acquire_async(owner)
+        started = time.monotonic()
+        holder = await self._slots.acquire_async(opts.timeout)
+        opts = _time_left(opts, started)
         call = next(_call_ids)
         try:
             try:
@@ -388,11 +462,13 @@ class MTP:
                 while not finished:
                     step_tokens, finished, reason = await self._in_thread(loop, slot, self._native.step, slot)
                     for event in events.feed(step_tokens, finished, reason):
+                        holder.at_yield = True
                         yield event
+                        holder.at_yield = False
             finally:
                 self._native.end_call(call)  # also when cancelled while begin() ran
         finally:
-            self._slots.release(owner)
+            self._slots.release(holder)
 
     async def agenerate(self, prompt: Prompt, *, options: GenerationOptions | None = None, **kwargs: Any) -> str:
         """Async :meth:`generate`."""
@@ -406,8 +482,7 @@ class MTP:
         except asyncio.CancelledError:
             if slot is not None:
                 self._native.cancel(slot)
-            with contextlib.suppress(Exception):
-                await asyncio.wait([future])
+            await _settle(future)
             raise
 
     def _begin(self, tokens: list[int], options: GenerationOptions, call: int) -> int:
