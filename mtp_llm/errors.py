@@ -79,7 +79,8 @@ class SessionBusyError(MTPError, RuntimeError):
 
 
 class GenerationTimeoutError(MTPError, TimeoutError):
-    """The generation ran past its ``timeout``; the session stays usable."""
+    """The call ran past its ``timeout``, generating or waiting for a slot (the message then says
+    what holds the slots); the session stays usable."""
 
 
 class GenerationCancelledError(MTPError):
