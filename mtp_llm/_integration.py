@@ -35,7 +35,10 @@ __all__ = [
     "EmbeddingSpec",
     "EngineSpec",
     "call_options",
+    "TOKEN_IDS_KEY",
+    "answer_token_ids",
     "chat_prompt",
+    "chat_prompt_tokens",
     "chat_turn",
     "display_name",
     "get_model",
@@ -418,6 +421,45 @@ def openai_message(
     if role == "tool" and name is not None:
         out["name"] = name
     return out
+
+
+TOKEN_IDS_KEY = "token_ids"
+"""Where an answer's metadata keeps the ids of the tokens the model wrote it with (LangChain:
+``response_metadata``; LlamaIndex: the message's ``additional_kwargs``): :func:`chat_prompt_tokens`
+puts them back when the answer is part of a later prompt."""
+
+
+def answer_token_ids(ids: Sequence[int], finish_reason: str | None) -> list[int]:
+    """The ids an answer keeps under :data:`TOKEN_IDS_KEY`: what it generated, less the end-of-generation token
+    (the template writes its own)."""
+    return list(ids[:-1] if finish_reason == "eog" and ids else ids)
+
+
+def chat_prompt_tokens(session: MTP, prompt: str, answers: Sequence[Sequence[int]]) -> str | list[int]:
+    """``prompt`` as the tokens to decode, with each earlier answer in it as the tokens the model wrote it
+    with (``answers``, in order): a grammar makes a model write ``{`` ``"`` where the tokenizer would
+    write ``{"``, so a re-tokenized answer would part from the cached conversation at its first token.
+    The text is unchanged; an answer the template rendered differently from how it was written (or one
+    not found) is tokenized as text. Without answers, the prompt text itself."""
+    pieces: list[tuple[str, list[int]]] = []
+    position = 0
+    for ids in answers:
+        text = session.model.detokenize(ids)
+        found = prompt.find(text, position) if text else -1
+        if found < 0:
+            continue
+        pieces.append((prompt[position:found], list(ids)))
+        position = found + len(text)
+    if not pieces:
+        return prompt
+    tokens: list[int] = []
+    for before, ids in pieces:
+        if before or not tokens:
+            tokens += session.model.tokenize(before, add_special=not tokens)
+        tokens += ids
+    if position < len(prompt):
+        tokens += session.model.tokenize(prompt[position:], add_special=False)
+    return tokens
 
 
 def chat_turn(

@@ -86,7 +86,7 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import Field
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import chat_turn, json_object, logprob_entry, openai_message, parse_structured, stats_payload
+from ._integration import TOKEN_IDS_KEY, answer_token_ids, chat_prompt_tokens, chat_turn, json_object, logprob_entry, openai_message, parse_structured, stats_payload
 from .chat import ChatDelta, ChatTurn, ToolCall, json_schema_grammar, normalize_tool_choice
 from .errors import InvalidOptionError, StructuredOutputError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
@@ -454,6 +454,16 @@ def _llm_result(per_prompt: list[list[GenerationChunk]]) -> LLMResult:
 # ----------------------------------------------------------------- ChatMTP --
 
 
+def _answers(messages: Sequence[BaseMessage]) -> list[list[int]]:
+    """The token ids earlier answers of this model were written with (``response_metadata``)."""
+    answers = []
+    for message in messages:
+        ids = message.response_metadata.get(TOKEN_IDS_KEY) if isinstance(message, AIMessage) else None
+        if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
+            answers.append(ids)
+    return answers
+
+
 def _openai_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """LangChain messages as OpenAI chat messages (what the chat layer renders)."""
     out: list[dict[str, Any]] = []
@@ -486,8 +496,10 @@ class _ChatChunker(_Chunker):
         self.model_name = model_name
         self.turn = turn
         self.model = model
+        self.ids: list[int] = []
 
     def token(self, event: TokenEvent) -> ChatGenerationChunk:
+        self.ids.append(event.id)
         if event.logprob is None:
             return ChatGenerationChunk(message=_message_chunk(self.turn.feed(event.text)))
         logprobs = {"logprobs": {"content": [logprob_entry(self.model, event)]}}
@@ -505,7 +517,12 @@ class _ChatChunker(_Chunker):
             },
             chunk_position="last",
         )
-        info = {"finish_reason": event.finish_reason, "model_name": self.model_name, STATS_KEY: stats_payload(stats)}
+        info = {
+            "finish_reason": event.finish_reason,
+            "model_name": self.model_name,
+            STATS_KEY: stats_payload(stats),
+            TOKEN_IDS_KEY: answer_token_ids(self.ids, event.finish_reason),
+        }
         return ChatGenerationChunk(message=message, generation_info=info)
 
 
@@ -652,11 +669,11 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
             enable_thinking=self.enable_thinking,
             reasoning_effort=self.reasoning_effort,
         )
-        return len(self.client.tokenize_prompt(turn.prompt))
+        return len(self.client.tokenize_prompt(chat_prompt_tokens(self.client, turn.prompt, _answers(messages))))
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
-    ) -> tuple[str, GenerationOptions, _ChatChunker]:
+    ) -> tuple[str | list[int], GenerationOptions, _ChatChunker]:
         turn = chat_turn(
             self.client,
             self.chat_template,
@@ -667,7 +684,8 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
             enable_thinking=bool(kwargs.get("enable_thinking", self.enable_thinking)),
             reasoning_effort=kwargs.get("reasoning_effort", self.reasoning_effort),
         )
-        return turn.prompt, turn.options(self._lc_call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn, self.client.model)
+        prompt = chat_prompt_tokens(self.client, turn.prompt, _answers(messages))
+        return prompt, turn.options(self._lc_call_options(stop, kwargs)), _ChatChunker(self._display_name(), turn, self.client.model)
 
     def _stream(
         self,

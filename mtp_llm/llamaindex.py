@@ -62,7 +62,7 @@ from pydantic import BaseModel
 from llama_index_instrumentation.base import BaseEvent
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import chat_turn, display_name, logprob_entry, openai_message, parse_structured, stats_payload
+from ._integration import TOKEN_IDS_KEY, answer_token_ids, chat_prompt_tokens, chat_turn, display_name, logprob_entry, openai_message, parse_structured, stats_payload
 from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall, json_schema_grammar
 from .errors import ChatParseError, InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
@@ -212,7 +212,8 @@ class MTPLLM(FunctionCallingLLM, CustomLLM, ChatFields, LLMFields):
             enable_thinking=enable_thinking,
             reasoning_effort=reasoning_effort,
         )
-        return _Call(self, turn.prompt, turn.options(options), turn=turn)
+        prompt = chat_prompt_tokens(self.session, turn.prompt, _answers(messages))
+        return _Call(self, prompt, turn.options(options), turn=turn)
 
     # ---------------------------------------------------------- completion --
 
@@ -389,7 +390,7 @@ class _Call:
     parses its output through a :class:`~mtp_llm.chat.ChatTurn`.
     """
 
-    def __init__(self, llm: MTPLLM, prompt: str, options: GenerationOptions, turn: ChatTurn | None) -> None:
+    def __init__(self, llm: MTPLLM, prompt: str | list[int], options: GenerationOptions, turn: ChatTurn | None) -> None:
         self.session = llm.session
         self.prompt = prompt
         self.options = options
@@ -405,6 +406,7 @@ class _Call:
         self.reply: ChatReply | None = None
         self.stats: MTPStats | None = None
         self.finish_reason: str | None = None
+        self.ids: list[int] = []
         self.logprobs: list[list[LogProb]] | None = [] if options.logprobs or options.top_logprobs else None
         """Per token: its log-probability, then the most likely tokens' (``top_logprobs``)."""
 
@@ -427,6 +429,7 @@ class _Call:
         kind = type(event)
         if kind is TokenEvent:
             assert isinstance(event, TokenEvent)
+            self.ids.append(event.id)
             if self.logprobs is not None:
                 entry = logprob_entry(self.session.model, event)
                 self.logprobs.append(
@@ -489,7 +492,9 @@ class _Call:
         if not final:
             return ChatResponse(message=self._message({}), delta=delta, additional_kwargs=thinking)
         calls = self.reply.tool_calls if self.reply is not None else ()
-        extra = {_TOOL_CALLS: [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]} if calls else {}
+        extra: dict[str, Any] = {TOKEN_IDS_KEY: answer_token_ids(self.ids, self.finish_reason)}
+        if calls:
+            extra[_TOOL_CALLS] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
         return ChatResponse(
             message=self._message(extra),
             delta=self.final_delta,
@@ -580,6 +585,16 @@ class _MTPStructuredLLM(StructuredLLM):
 
 def _structured_kwargs(output_cls: type[BaseModel], llm_kwargs: dict[str, Any] | None) -> dict[str, Any]:
     return {**(llm_kwargs or {}), "grammar": json_schema_grammar(output_cls.model_json_schema())}
+
+
+def _answers(messages: Sequence[ChatMessage]) -> list[list[int]]:
+    """The token ids earlier answers of this model were written with (``additional_kwargs``)."""
+    answers = []
+    for message in messages:
+        ids = message.additional_kwargs.get(TOKEN_IDS_KEY)
+        if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
+            answers.append(ids)
+    return answers
 
 
 def _openai_message(message: ChatMessage) -> dict[str, Any]:

@@ -207,3 +207,19 @@ def test_json_path_writes_earlier_calls_back_as_the_grammar_wrote_them(chat: Cha
     tools = [convert_to_openai_tool(get_weather)]
     prompt = chat_turn(chat.client, None, messages, tools=tools, tool_choice="none").prompt
     assert '{"name":"get_weather","arguments":{"city":"Paris"}}' in prompt
+
+
+def test_earlier_answers_go_back_as_the_tokens_they_were_written_with(chat: ChatMTP) -> None:
+    from mtp_llm._integration import chat_prompt_tokens
+
+    model = chat.client.model
+    written = [model.tokenize(piece, add_special=False)[0] for piece in ("{", '"', "name")]
+    assert model.detokenize(written) == '{"name'
+    assert written != model.tokenize('{"name', add_special=False)  # not how the tokenizer writes it
+    prompt = 'Q<|im_end|>\n<|im_start|>assistant\n{"name<|im_end|>\n'
+    tokens = chat_prompt_tokens(chat.client, prompt, [written])
+    assert isinstance(tokens, list)
+    before = model.tokenize("Q<|im_end|>\n<|im_start|>assistant\n")
+    assert tokens[: len(before) + 3] == [*before, *written]
+    assert model.detokenize(tokens, render_special=True) == model.detokenize(model.tokenize(prompt), render_special=True)
+    assert chat_prompt_tokens(chat.client, prompt, [model.tokenize("absent", add_special=False)]) == prompt

@@ -495,10 +495,11 @@ def _run_agent_with_one_tool_call(chat: ChatMTP) -> None:
     assert state["messages"][1].tool_calls[0]["name"] == "get_weather"
     assert state["messages"][2].content.startswith("It is sunny in")
     assert len(handler.calls) == 2
-    # The answering call's prompt extends the calling call's ("none" keeps the tools in it): all of that
-    # comes from the prompt cache.
+    # The answering call's prompt extends the calling call's ("none" keeps the tools in it) and its call,
+    # put back as the tokens it was generated with: all of that comes from the prompt cache (all but the
+    # end-of-generation token, sampled and never decoded).
     calling, answering = handler.calls
-    assert answering["prompt_tokens_cached"] >= calling["prompt_tokens"] > 0
+    assert answering["prompt_tokens_cached"] == calling["prompt_tokens"] + calling["tokens_emitted"] - 1
     assert state["messages"][3].usage_metadata["input_token_details"]["cache_read"] > 0
 
 

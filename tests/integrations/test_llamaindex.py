@@ -412,6 +412,11 @@ def test_tool_calls_always_parse_and_feed_back(tiny_paths: dict[str, Path], reco
     ]
     answer = llm.chat_with_tools([tool], chat_history=history, tool_choice="none", max_tokens=40)
     assert llm.get_tool_calls_from_response(answer, error_on_no_tool_call=False) == []
+    # The answer's prompt holds the call's prompt and the call as generated (its token ids ride on the message):
+    # all of it comes from the cache (all but the end-of-generation token, sampled and never decoded).
+    calling, answering = response.additional_kwargs[STATS_KEY], answer.additional_kwargs[STATS_KEY]
+    assert response.additional_kwargs["finish_reason"] == "eog"
+    assert answering["prompt_tokens_cached"] == calling["prompt_tokens"] + calling["tokens_emitted"] - 1
     assert not (answer.message.content or "").startswith("{"), "the direct answer is unwrapped from its JSON"
     last_start = recorder.of(LLMChatStartEvent)[-1]
     assert ("tool", output.content) in [(m.role.value, m.content) for m in last_start.messages]
