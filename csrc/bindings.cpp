@@ -9,6 +9,7 @@
 
 #include "cost_probe.hpp"
 #include "errors.hpp"
+#include "gil.hpp"
 #include "model.hpp"
 #include "options.hpp"
 #include "parity.hpp"
@@ -105,10 +106,10 @@ PYBIND11_MODULE(_core, m) {
 
     // ggml's RPC backend (docs/scale-out.md).
     m.def("rpc_probe", &mtp::probe_rpc_server, py::arg("endpoint"), py::arg("timeout") = 5.0,
-          py::call_guard<py::gil_scoped_release>(),
+          py::call_guard<mtp::ReleaseGil>(),
           "Connect to an RPC server and run the handshake; returns its protocol version or raises ModelLoadError.");
     m.def("rpc_serve", &mtp::serve_rpc, py::arg("endpoint"), py::arg("cache_dir") = "", py::arg("n_threads") = 0,
-          py::call_guard<py::gil_scoped_release>(),
+          py::call_guard<mtp::ReleaseGil>(),
           "Serve this machine's devices with ggml's RPC server (blocks; raises if it cannot listen).");
     m.def("rpc_protocol_version", &mtp::rpc_protocol_version, "ggml's RPC protocol version of this build.");
 
@@ -121,7 +122,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("inspect_gguf", [](const std::string & path) {
         mtp::GgufInfo info;
         {
-            py::gil_scoped_release release;
+            mtp::ReleaseGil release;
             info = mtp::inspect_gguf(path);
         }
         py::dict facts;
@@ -176,13 +177,13 @@ PYBIND11_MODULE(_core, m) {
     m.def("has_gpu", [] { mtp::ensure_backend(); return mtp::has_accelerator(); },
           "A GPU or integrated-GPU device is there to offload layers to.");
     m.def("other_runnable_threads", &mtp::other_runnable_threads, py::arg("readings") = 1,
-          py::call_guard<py::gil_scoped_release>(),
+          py::call_guard<mtp::ReleaseGil>(),
           "Threads of other processes ready to run (the least of `readings` readings 1 ms apart): what an "
           "adaptive session plans its compute threads around.");
 
     m.def("score_tokens", [](std::shared_ptr<mtp::Model> model, const std::vector<int32_t> & tokens, int32_t n_batch,
                              int32_t n_threads) {
-              py::gil_scoped_release release;
+              mtp::ReleaseGil release;
               return mtp::score_tokens(*model, tokens, n_batch, n_threads);
           },
           py::arg("model"), py::arg("tokens"), py::arg("n_batch") = 512, py::arg("n_threads") = 0,
@@ -196,7 +197,7 @@ PYBIND11_MODULE(_core, m) {
                               const mtp::ContextOptions & options, int fill, int reps, int warmup) {
         mtp::CostCurve c;
         {
-            py::gil_scoped_release release;
+            mtp::ReleaseGil release;
             c = mtp::measure_costs(target, draft, options, fill, reps, warmup);
         }
         auto timings = [](const std::vector<mtp::CostTiming> & v) {
@@ -238,7 +239,7 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<mtp::Model, std::shared_ptr<mtp::Model>>(m, "Model")
         .def(py::init([](const std::string & path, const mtp::ModelOptions & options) {
-                 py::gil_scoped_release release;
+                 mtp::ReleaseGil release;
                  return std::make_shared<mtp::Model>(path, options);
              }),
              py::arg("path"), py::arg("options"))
@@ -270,7 +271,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("token_eos", &mtp::Model::token_eos)
         .def("is_eog", &mtp::Model::is_eog, py::arg("token"))
         .def("tokenize", &mtp::Model::tokenize, py::arg("text"), py::arg("add_special") = true,
-             py::arg("parse_special") = false)
+             py::arg("parse_special") = false, py::call_guard<mtp::ReleaseGil>())
         .def("detokenize", [](const mtp::Model & self, const std::vector<int32_t> & tokens, bool render_special) {
                  return to_str(self.detokenize(tokens, render_special));
              }, py::arg("tokens"), py::arg("render_special") = false)
@@ -278,7 +279,7 @@ PYBIND11_MODULE(_core, m) {
                  return py::bytes(self.token_piece(token, render_special));
              }, py::arg("token"), py::arg("render_special") = false)
         .def("embed", &mtp::Model::embed, py::arg("texts"), py::arg("n_threads") = 0,
-             py::call_guard<py::gil_scoped_release>(),
+             py::call_guard<mtp::ReleaseGil>(),
              "Mean-pooled, L2-normalised embeddings of each text.")
         .def("apply_chat_template", [](const mtp::Model & self,
                                        const std::vector<std::pair<std::string, std::string>> & messages,
@@ -294,7 +295,7 @@ PYBIND11_MODULE(_core, m) {
                                   int n_threads) {
         mtp::ForwardResult r;
         {
-            py::gil_scoped_release release;
+            mtp::ReleaseGil release;
             r = mtp::forward_with_head(target, head, tokens, n_threads);
         }
         auto as_array = [](const std::vector<float> & v, int32_t rows, int32_t cols) {
@@ -315,7 +316,7 @@ PYBIND11_MODULE(_core, m) {
                                     int n_threads) {
         std::vector<std::vector<float>> hs;
         {
-            py::gil_scoped_release release;
+            mtp::ReleaseGil release;
             hs = mtp::trunk_hidden_states(target, sequences, n_threads);
         }
         const py::ssize_t n_embd = (py::ssize_t) llama_model_n_embd_out(target.get());
@@ -413,24 +414,33 @@ PYBIND11_MODULE(_core, m) {
     py::class_<mtp::Session>(m, "Session")
         .def(py::init([](std::shared_ptr<mtp::Model> target, std::shared_ptr<mtp::Model> draft,
                          const mtp::ContextOptions & options) {
-                 py::gil_scoped_release release;
+                 mtp::ReleaseGil release;
                  return std::make_unique<mtp::Session>(std::move(target), std::move(draft), options);
              }),
              py::arg("target"), py::arg("draft").none(true), py::arg("options"))
         .def("begin", [](mtp::Session & self, const std::vector<int32_t> & prompt,
                          const mtp::GenerateOptions & options, uint64_t call) {
-                 py::gil_scoped_release release;
+                 mtp::ReleaseGil release;
                  return self.begin(prompt, options, call);
              },
              py::arg("prompt"), py::arg("options"), py::arg("call") = 0,
              "Start a generation in a free slot; returns the slot. `call`: an id for end_call().")
-        .def("end_call", &mtp::Session::end_call, py::arg("call"), py::call_guard<py::gil_scoped_release>(),
+        .def("end_call", &mtp::Session::end_call, py::arg("call"), py::call_guard<mtp::ReleaseGil>(),
              "End the generation begun with this call id, if it still runs.")
         .def("step", [](mtp::Session & self, int32_t slot) {
             mtp::StepResult r;
             {
-                py::gil_scoped_release release;
-                r = self.step(slot);
+                mtp::ReleaseGil release;
+                try {
+                    r = self.step(slot);
+                } catch (const mtp::Error &) {
+                    throw;
+                } catch (const std::runtime_error & e) {
+                    // llama.cpp's grammar sampler throws when a grammar reaches a state no token continues.
+                    if (std::strstr(e.what(), "grammar") == nullptr) throw;
+                    mtp::fail(ErrorKind::Grammar, std::string("the grammar admits no token here (") + e.what() +
+                                                      "): check that each rule can match some text");
+                }
             }
             py::list tokens(r.tokens.size());
             for (size_t i = 0; i < r.tokens.size(); ++i) {
@@ -452,7 +462,7 @@ PYBIND11_MODULE(_core, m) {
            "returns (tokens, finished, reason); a token is (id, text), or (id, text, logprob, [(id, logprob), ...]) "
            "when the call asked for logprobs.")
         .def("end", py::overload_cast<int32_t>(&mtp::Session::end), py::arg("slot") = 0,
-             py::call_guard<py::gil_scoped_release>())
+             py::call_guard<mtp::ReleaseGil>())
         .def("cancel", [](mtp::Session & self, int32_t slot) { slot < 0 ? self.cancel() : self.cancel(slot); },
              py::arg("slot") = -1, "Stop a running generation (slot -1: all) at the next graph node (any thread).")
         .def_property_readonly("n_parallel", &mtp::Session::n_parallel)
@@ -463,7 +473,7 @@ PYBIND11_MODULE(_core, m) {
         .def("call_stats", [](const mtp::Session & self, int32_t slot) { return session_stats(self, self.call_stats(slot)); },
              py::arg("slot") = -1)
         .def("reset_stats", &mtp::Session::reset_stats)
-        .def("print_stats", &mtp::Session::print_stats, py::call_guard<py::gil_scoped_release>())
+        .def("print_stats", &mtp::Session::print_stats, py::call_guard<mtp::ReleaseGil>())
         .def_property_readonly("n_ctx", &mtp::Session::n_ctx)
         .def_property_readonly("prompt_cache_bytes", &mtp::Session::prompt_cache_bytes)
         .def_property_readonly("n_draft", [](const mtp::Session & self) { return self.options().n_draft; })

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "chat.hpp"
+#include "gil.hpp"
 #include "options.hpp"
 
 namespace py = pybind11;
@@ -48,7 +49,7 @@ void register_chat(py::module_ & m) {
 
     py::class_<ChatTemplates>(m, "ChatTemplates")
         .def(py::init([](std::shared_ptr<Model> model, const std::string & override_template) {
-                 py::gil_scoped_release release;
+                 ReleaseGil release;
                  return std::make_unique<ChatTemplates>(std::move(model), override_template);
              }),
              py::arg("model"), py::arg("chat_template") = "")
@@ -64,7 +65,7 @@ void register_chat(py::module_ & m) {
                  r.extract_reasoning = extract_reasoning;
                  r.add_generation_prompt = add_generation_prompt;
                  r.reasoning_effort = reasoning_effort;
-                 py::gil_scoped_release release;
+                 ReleaseGil release;
                  return self.apply(r);
              },
              py::arg("messages_json"), py::arg("tools_json") = "", py::arg("tool_choice") = "auto",
@@ -85,7 +86,7 @@ void register_chat(py::module_ & m) {
         .def("parse", [](const ChatParser & self, const std::string & text, bool partial) {
                  ChatMessage msg;
                  {
-                     py::gil_scoped_release release;
+                     ReleaseGil release;
                      msg = self.parse(text, partial);
                  }
                  py::list calls;

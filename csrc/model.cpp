@@ -1,12 +1,14 @@
 #include "model.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "chat.h"
+#include "chat.hpp"  // check_chat_template
 #include "common.h"
 #include "errors.hpp"
 #include "ggml-backend.h"
@@ -73,11 +75,23 @@ GgufInfo inspect_gguf(const std::string & path) {
     if (path.empty()) {
         fail(ErrorKind::ModelLoad, "model path is empty: pass the path of a .gguf file");
     }
-    if (!fs::exists(path, ec)) {
+    if (path.find('\0') != std::string::npos) {
+        fail(ErrorKind::ModelLoad, "model path contains a NUL character: '" + path.substr(0, path.find('\0')) + "\\0...'");
+    }
+    const fs::file_status status = fs::status(path, ec);
+    if (ec == std::errc::too_many_symbolic_link_levels) {
+        fail(ErrorKind::ModelLoad, "model path '" + path + "' is a symlink loop (a link that leads back to itself)");
+    }
+    if (!fs::exists(status)) {
         fail(ErrorKind::ModelLoad, "model file not found: '" + path + "' (check the path)");
     }
-    if (fs::is_directory(path, ec)) {
+    if (fs::is_directory(status)) {
         fail(ErrorKind::ModelLoad, "model path is a directory, not a file: '" + path + "' (pass the .gguf file inside it)");
+    }
+    if (!fs::is_regular_file(status)) {
+        // Reading a named pipe blocks until a writer comes; a device may never end.
+        fail(ErrorKind::ModelLoad, "model path '" + path + "' is not a regular file (a named pipe, device or "
+                                   "socket): pass the .gguf file itself");
     }
     std::ifstream in(path, std::ios::binary);
     if (!in) {
@@ -128,6 +142,20 @@ static void add_split_parts(GgufInfo & info, const gguf_context * first, const s
     }
 }
 
+namespace {
+
+// When a model load over RPC last made progress (a tensor loaded), for RpcStopScope.
+struct LoadProgress {
+    std::atomic<int64_t> last_us;
+    int64_t timeout_us;
+    static bool stalled(void * data) {
+        const auto * p = static_cast<const LoadProgress *>(data);
+        return now_us() - p->last_us.load() > p->timeout_us;
+    }
+};
+
+}  // namespace
+
 Model::Model(const std::string & path, const ModelOptions & opts) : path_(path), opts_(opts) {
     info_ = inspect_gguf(path);
     if (opts.n_gpu_layers < -1) {
@@ -155,6 +183,10 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
             check_endpoint(endpoint);
         }
     }
+    // rpc_timeout bounds the load too: once nothing has loaded for that long, a server that then
+    // answers nothing for as long is given up on (its connection is marked lost, the load fails).
+    LoadProgress progress{now_us(), (int64_t) (opts.rpc_timeout * 1e6)};
+    RpcStopScope stop_scope(remote, &LoadProgress::stalled, &progress, opts.rpc_timeout);
     if (remote) {
         for (const auto & endpoint : opts.rpc_servers) {
             for (ggml_backend_dev_t dev : rpc_devices(endpoint, opts.rpc_timeout)) {
@@ -217,6 +249,13 @@ Model::Model(const std::string & path, const ModelOptions & opts) : path_(path),
         mp.tensor_split = split.data();
     }
     clear_log();
+    if (remote) {
+        mp.progress_callback = [](float, void * data) {
+            static_cast<LoadProgress *>(data)->last_us.store(now_us());
+            return true;
+        };
+        mp.progress_callback_user_data = &progress;
+    }
     llama_model * m = llama_model_load_from_file(path.c_str(), mp);
     if (m == nullptr) {
         fail(ErrorKind::ModelLoad, with_log("llama.cpp could not load '" + path + "' (architecture '" +
@@ -346,7 +385,7 @@ std::vector<std::vector<float>> Model::embed(const std::vector<std::string> & te
     cp.n_batch = (uint32_t) longest;
     cp.n_ubatch = (uint32_t) longest;
     cp.n_seq_max = 1;
-    cp.n_threads = n_threads > 0 ? n_threads : default_threads();
+    cp.n_threads = n_threads > 0 ? std::min(n_threads, default_threads()) : default_threads();
     cp.n_threads_batch = cp.n_threads;
     cp.no_perf = true;
     clear_log();
@@ -390,6 +429,7 @@ std::string Model::apply_chat_template(const std::vector<std::pair<std::string, 
         fail(ErrorKind::InvalidOption,
              "this model has no chat template: pass chat_template='...' (a Jinja template)");
     }
+    check_chat_template(chat_template.empty() ? this->chat_template() : chat_template, "the chat template");
     common_chat_templates_ptr tmpls;
     try {
         tmpls = common_chat_templates_init(model_.get(), chat_template);

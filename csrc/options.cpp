@@ -4,9 +4,12 @@
 #include <cctype>
 #include <climits>
 #include <cmath>
+#include <memory>
 #include <regex>
 
+#include "chat_grammar.hpp"
 #include "chat_sampling.hpp"
+#include "gbnf.hpp"
 #include "errors.hpp"
 #include "ggml.h"
 #include "json-schema-to-grammar.h"
@@ -199,12 +202,48 @@ std::string locate_grammar_error(const std::string & what, const std::string & t
     return where + (rest.empty() ? ", the end of the grammar" : next.empty() ? ", the end of the line" : ", before '" + next + "'");
 }
 
+// Whether some character can start the parsed grammar (or it accepts the empty text): a stack
+// of its initial state whose next element is a character class that matches any code point.
+// Checked once per call, before generation: llama.cpp's sampler would throw mid-generation.
+bool grammar_can_start(const llama_grammar_parser & parser, const llama_vocab * vocab) {
+    const auto root = parser.symbol_ids.find("root");
+    if (root == parser.symbol_ids.end()) {
+        return true;
+    }
+    llama_grammar_stack rules = parser.c_rules();
+    std::unique_ptr<llama_grammar, void (*)(llama_grammar *)> grammar(
+        llama_grammar_init_impl(vocab, rules.data(), rules.size(), root->second), llama_grammar_free_impl);
+    if (!grammar) {
+        return true;  // the sampler reports what is wrong
+    }
+    for (const llama_grammar_stack & stack : grammar->stacks) {
+        if (stack.empty()) {
+            return true;
+        }
+        const llama_grammar_element * pos = stack.back();
+        if (pos->type != LLAMA_GRETYPE_CHAR) {
+            return true;  // a negated class, any character, a token: something matches
+        }
+        for (; pos->type == LLAMA_GRETYPE_CHAR || pos->type == LLAMA_GRETYPE_CHAR_ALT ||
+               pos->type == LLAMA_GRETYPE_CHAR_RNG_UPPER;
+             ++pos) {
+            const bool range = pos[1].type == LLAMA_GRETYPE_CHAR_RNG_UPPER;
+            if (!range || pos->value <= pos[1].value) {
+                return true;
+            }
+            ++pos;  // the range's upper bound
+        }
+    }
+    return false;
+}
+
 // A GBNF grammar's syntax error with llama.cpp's reason, found before its sampler parses the text
 // (which prints the reason to stderr and throws only "failed to parse grammar").
 void check_grammar_syntax(const std::string & text, const llama_vocab * vocab, bool needs_root) {
     if (text.compare(0, 11, "%llguidance") == 0) {
         return;
     }
+    check_grammar_bounds(text);
     llama_grammar_parser parser(vocab);
     auto space = [](const char * pos) {  // llama-grammar.cpp's parse_space: blanks, newlines, # comments
         while (*pos == ' ' || *pos == '\t' || *pos == '\r' || *pos == '\n' || *pos == '#') {
@@ -234,6 +273,11 @@ void check_grammar_syntax(const std::string & text, const llama_vocab * vocab, b
     }
     if (!why.empty()) {
         fail(ErrorKind::Grammar, "the grammar does not parse: " + why + "; fix the GBNF grammar");
+    }
+    if (needs_root && !grammar_can_start(parser, vocab)) {
+        fail(ErrorKind::Grammar, "no text can start the grammar: every way into its root rule begins with a "
+                                 "character class that matches nothing (an empty range such as [z-a]); fix the "
+                                 "GBNF grammar");
     }
 }
 
@@ -273,8 +317,9 @@ llama_context_params to_context_params(const ContextOptions & o) {
     cp.n_ubatch = (uint32_t) o.n_batch;
     cp.n_seq_max = (uint32_t) o.n_parallel;
     cp.kv_unified = false;  // each slot its own n_ctx / n_parallel cells: one call cannot fill another's
-    cp.n_threads = o.n_threads.value_or(default_threads());
-    cp.n_threads_batch = o.n_threads_batch.value_or(cp.n_threads);
+    // More threads than the machine runs only wait for each other (mtp_llm.MTP warns and clamps first).
+    cp.n_threads = std::min(o.n_threads.value_or(default_threads()), default_threads());
+    cp.n_threads_batch = std::min(o.n_threads_batch.value_or(cp.n_threads), default_threads());
     cp.flash_attn_type = resolve_flash_attn(o);
     if (const int32_t t = cache_type(o.type_k, "type_k"); t >= 0) cp.type_k = (ggml_type) t;
     if (const int32_t t = cache_type(o.type_v, "type_v"); t >= 0) cp.type_v = (ggml_type) t;
@@ -286,7 +331,9 @@ llama_context_params to_context_params(const ContextOptions & o) {
 
 std::string json_schema_grammar(const std::string & schema_json) {
     try {
-        return json_schema_to_grammar(common_json::parse(schema_json));
+        return json_schema_to_grammar(parse_json_schema(schema_json, "the JSON schema"));
+    } catch (const Error &) {
+        throw;
     } catch (const std::exception & e) {
         fail(ErrorKind::InvalidOption, std::string("cannot turn the JSON schema into a grammar: ") + e.what());
     }

@@ -163,6 +163,13 @@ class IntegrationBase(CheckedInit):
 
     _own_session: MTP | None = PrivateAttr(default=None)
 
+    def model_post_init(self, context: Any, /) -> None:
+        """Refuse at construction what the engine would refuse at the first call: the session's
+        options (``n_draft=99``) and the generation defaults."""
+        super().model_post_init(context)
+        EngineSpec.of(self)
+        self._call_options({})
+
     def _given_session(self) -> MTP | None:
         """A session handed in by the user (LangChain's ``session`` field), else None."""
         return None

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from . import _core
-from .errors import ChatParseError, InvalidOptionError
+from .errors import ChatParseError, InvalidOptionError, ToolSchemaError
 from .model import Model
 from .options import ChatGrammar, GenerationOptions
 
@@ -590,10 +590,14 @@ _RESPONSE_OPENING = re.compile(r'\s*\{\s*"response"\s*:\s*"')
 
 def _openai_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     """An OpenAI tool dict (``{"type": "function", "function": {...}}``; a bare function is wrapped)."""
-    function = dict(tool.get("function", tool))
-    if not isinstance(function.get("name"), str):
-        raise InvalidOptionError(f"a tool needs a name (got {dict(tool)!r})")
-    return {"type": "function", "function": function}
+    if not isinstance(tool, Mapping):
+        raise ToolSchemaError(f"a tool must be a dict {{'type': 'function', 'function': {{'name': ...}}}} (got {tool!r:.80})")
+    function = tool.get("function", tool)
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        raise ToolSchemaError(f"a tool needs a name (got {dict(tool)!r:.200})")
+    if not isinstance(function.get("parameters", {}), Mapping):
+        raise ToolSchemaError(f"tool {function['name']!r}: parameters must be a JSON schema object (a dict)")
+    return {"type": "function", "function": dict(function)}
 
 
 def _text_content(content: Any) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any, Literal
 from . import _core
 from .devices import GPUUnavailableWarning
 from .errors import IncompatibleDraftError, InvalidOptionError, InvalidPromptError, ModelLoadError
+from .options import INT32_MAX, fit_threads, utf8_text
 from .sidecars import HeadSearch, TargetFacts, find_head
 
 Message = Mapping[str, Any] | tuple[str, str]
@@ -81,14 +84,19 @@ class Model:
             InvalidOptionError: ``mtp_device`` names no device there is (the message lists them),
                 or the file has no MTP head to place.
         """
+        if not isinstance(rpc_timeout, (int, float)) or isinstance(rpc_timeout, bool) or not 0 < rpc_timeout < 1e6:
+            raise InvalidOptionError(f"rpc_timeout must be a number of seconds above 0 (got {rpc_timeout!r})")
         servers = _endpoints(rpc_servers)
-        split = [float(x) for x in tensor_split] if tensor_split is not None else []
+        split = _split(tensor_split)
+        for name, flag in dict(load_mtp=load_mtp, use_mmap=use_mmap, use_mlock=use_mlock).items():
+            if not isinstance(flag, bool):
+                raise InvalidOptionError(f"{name} must be True or False (got {flag!r})")
         if mtp_placement not in ("local", "layers"):
             raise InvalidOptionError(f"mtp_placement must be 'local' or 'layers' (got {mtp_placement!r})")
         if n_gpu_layers is not None and (isinstance(n_gpu_layers, bool) or not isinstance(n_gpu_layers, int)):
             raise InvalidOptionError(f"n_gpu_layers must be an int or None (got {type(n_gpu_layers).__name__})")
-        if n_gpu_layers is not None and n_gpu_layers < -1:
-            raise InvalidOptionError("n_gpu_layers must be >= -1 (-1 offloads every layer)")
+        if n_gpu_layers is not None and not -1 <= n_gpu_layers <= INT32_MAX:
+            raise InvalidOptionError(f"n_gpu_layers must be from -1 (-1 offloads every layer) to {INT32_MAX}")
         if mtp_device is not None and not isinstance(mtp_device, str):
             raise InvalidOptionError(f"mtp_device must be a device name or None (got {type(mtp_device).__name__})")
         layers = n_gpu_layers if n_gpu_layers is not None else (-1 if servers else 0)
@@ -107,7 +115,7 @@ class Model:
             mtp_device=mtp_device or "",
         ).items():
             setattr(native_options, name, value)
-        path = os.path.expanduser(os.fspath(path))
+        path = _model_path(path)
         try:
             native = _core.Model(path, native_options)
         except ModelLoadError:
@@ -349,26 +357,44 @@ class Model:
 
     def is_eog(self, token: int) -> bool:
         """True if ``token`` ends generation (EOS, EOT, ...)."""
+        self.check_tokens([token])
         return self._native.is_eog(token)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         """Tokenize ``text``; ``parse_special`` turns ``<|...|>`` markers into special tokens."""
         if not isinstance(text, str):
             raise InvalidPromptError(f"text must be a str (got {type(text).__name__})")
-        return self._native.tokenize(text, add_special, parse_special)
+        utf8_text("the text", text, InvalidPromptError)
+        return self._native.tokenize(text, bool(add_special), bool(parse_special))
+
+    def check_tokens(self, tokens: Sequence[int]) -> None:
+        """InvalidPromptError unless every token is an int id inside the vocabulary."""
+        n_vocab = self.n_vocab
+        for i, token in enumerate(tokens):
+            if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < n_vocab:
+                raise InvalidPromptError(
+                    f"token id {token!r} at index {i} is outside the vocabulary [0, {n_vocab})"
+                )
 
     def detokenize(self, tokens: Sequence[int], *, render_special: bool = False) -> str:
-        return self._native.detokenize(list(tokens), render_special)
+        tokens = list(tokens)
+        self.check_tokens(tokens)
+        return self._native.detokenize(tokens, bool(render_special))
 
     def token_piece(self, token: int) -> bytes:
         """Raw bytes of one token (may be part of a multi-byte character)."""
+        self.check_tokens([token])
         return self._native.token_piece(token, False)
 
     def embed(self, texts: Sequence[str], *, n_threads: int | None = None) -> list[list[float]]:
         """Mean-pooled, L2-normalised hidden states of each text: local embeddings for retrieval."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise InvalidPromptError("texts must be a list of strings")
-        return self._native.embed(list(texts), n_threads or 0)
+        for i, text in enumerate(texts):
+            utf8_text(f"texts[{i}]", text, InvalidPromptError)
+        if n_threads is not None and (isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1):
+            raise InvalidOptionError(f"n_threads must be a positive integer or None (got {n_threads!r})")
+        return self._native.embed(list(texts), fit_threads("n_threads", n_threads) or 0)
 
     def apply_chat_template(
         self,
@@ -382,7 +408,11 @@ class Model:
         Messages are ``{"role": ..., "content": ...}`` mappings or ``(role, content)`` pairs.
         """
         pairs = [_as_pair(m) for m in messages]
-        return self._native.apply_chat_template(pairs, add_generation_prompt, chat_template or "")
+        if chat_template is not None:
+            if not isinstance(chat_template, str):
+                raise InvalidOptionError(f"chat_template must be a str or None (got {type(chat_template).__name__})")
+            utf8_text("chat_template", chat_template)
+        return self._native.apply_chat_template(pairs, bool(add_generation_prompt), chat_template or "")
 
     def __repr__(self) -> str:
         return (
@@ -429,4 +459,36 @@ def _as_pair(message: Message) -> tuple[str, str]:
         raise InvalidOptionError(f"a chat message must be a mapping or a (role, content) pair, got {message!r}")
     if not isinstance(role, str) or not isinstance(content, str):
         raise InvalidOptionError(f"chat message role and content must be strings, got {message!r}")
-    return role, content
+    return utf8_text("a chat message's role", role), utf8_text("a chat message's content", content)
+
+
+def _split(tensor_split: Sequence[float] | None) -> list[float]:
+    if tensor_split is None:
+        return []
+    if isinstance(tensor_split, (str, bytes)) or not isinstance(tensor_split, Sequence) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in tensor_split
+    ):
+        raise InvalidOptionError(f"tensor_split must be a list of numbers (got {tensor_split!r})")
+    return [float(x) for x in tensor_split]
+
+
+def _model_path(path: Any) -> str:
+    """``path`` as a str llama.cpp can open (``~`` expanded), or the MTPError saying why not: no NUL,
+    no lone surrogate, not a symlink loop, a regular file (a named pipe or device would block or
+    never end)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise InvalidOptionError(f"path must be a str or os.PathLike (got {type(path).__name__})")
+    text = os.path.expanduser(os.fsdecode(os.fspath(path)))
+    if "\0" in text:
+        raise ModelLoadError(f"model path {text!r} contains a NUL character: no file name can")
+    utf8_text(f"model path {text!r}", text, ModelLoadError)
+    try:
+        mode = os.stat(text).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ModelLoadError(f"model path '{text}' is a symlink loop (a link that leads back to itself)") from None
+        return text  # the engine says what is missing or unreadable
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise ModelLoadError(f"model path '{text}' is {kind}, not a regular file: pass the .gguf file itself")
+    return text

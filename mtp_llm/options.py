@@ -16,7 +16,9 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 import textwrap
+import warnings
 import typing
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, Union
@@ -335,10 +337,30 @@ def _is_not_int(value: Any) -> bool:
     return isinstance(value, bool) or not isinstance(value, int)
 
 
+INT32_MAX = 2**31 - 1
+"""The largest value the engine's integer options hold."""
+
+
 def _int(name: str, value: Any) -> int:
     if _is_not_int(value):
         raise InvalidOptionError(f"{name} must be an integer (got {value!r})")
+    if not -INT32_MAX <= value <= INT32_MAX:
+        bound = f"at most {INT32_MAX}" if value > 0 else f"at least {-INT32_MAX}"
+        raise InvalidOptionError(f"{name} must be {bound} (got {value})")
     return int(value)
+
+
+def utf8_text(name: str, value: str, error: type[Exception] = InvalidOptionError) -> str:
+    """``value`` unless it cannot be UTF-8 (a lone surrogate, e.g. from bytes decoded with
+    ``errors="surrogateescape"``): then ``error`` naming ``name`` and where."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(
+            f"{name} is not valid Unicode: a lone surrogate {value[exc.start]!r} at index {exc.start} cannot be "
+            "UTF-8 (decode text with errors='replace', not 'surrogateescape')"
+        ) from None
+    return value
 
 
 _OPTIONAL_FIELDS = {"timeout", "grammar", "n_draft", "cache_prompt"}
@@ -354,7 +376,7 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "n_draft":
         return draft_length(name, value)
     if name == "reasoning_budget":
-        if _is_not_int(value) or value < -1:
+        if _is_not_int(value) or not -1 <= value <= INT32_MAX:
             raise InvalidOptionError(
                 "reasoning_budget must be -1 (unlimited), 0 (no reasoning) or a number of reasoning tokens N > 0 "
                 f"(got {value!r})"
@@ -365,8 +387,16 @@ def _coerce(name: str, value: Any) -> Any:
             raise InvalidOptionError(f"cache_prompt must be True, False or None (got {value!r})")
         return value
     kind = _specs_by_name(GenerationOptions)[name].scalar
+    if name == "seed":  # 32 bits unsigned: checked in __post_init__
+        if _is_not_int(value):
+            raise InvalidOptionError(f"seed must be an integer (got {value!r})")
+        return int(value)
     if kind is int:
         return _int(name, value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise InvalidOptionError(f"{name} must be True or False (got {value!r})")
+        return value
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidOptionError(f"{name} must be a number (got {value!r})")
@@ -377,8 +407,32 @@ def _coerce(name: str, value: Any) -> Any:
     if name == "grammar":
         if not isinstance(value, (str, ChatGrammar)):
             raise InvalidOptionError(f"grammar must be a GBNF string (got {type(value).__name__})")
-        return value
+        return utf8_text("grammar", value) if isinstance(value, str) else value
     return value
+
+
+def machine_threads() -> int:
+    """Logical CPUs this process may run on: the most compute threads that do not wait for each other."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def fit_threads(name: str, value: int | None, *, stacklevel: int = 3) -> int | None:
+    """``value`` (a thread count, None = every core), at most :func:`machine_threads`, warning
+    (RuntimeWarning) where it was more: ggml's threads wait for each other at every step, so
+    threads beyond the cores only add waiting (16 on 2 cores made a session take 8 s to start)."""
+    cores = machine_threads()
+    if value is None or value <= cores:
+        return value
+    warnings.warn(
+        f"{name}={value} is more than the {cores} CPUs this process can run on: using {cores} "
+        "(more threads than cores only wait for each other)",
+        RuntimeWarning,
+        stacklevel=stacklevel,
+    )
+    return cores
 
 
 def draft_length(name: str, value: Any) -> DraftLength:
@@ -409,6 +463,8 @@ def normalize_stop(stop: str | Sequence[str] | None) -> tuple[str, ...]:
         raise InvalidOptionError(f"stop must be a string or a list of strings (got {stop!r})")
     if any(s == "" for s in stop):
         raise InvalidOptionError("stop strings must not be empty")
+    for s in stop:
+        utf8_text("a stop string", s)
     return tuple(dict.fromkeys(stop))
 
 

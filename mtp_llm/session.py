@@ -16,7 +16,7 @@ from . import _core
 from .errors import GenerationTimeoutError, InvalidOptionError, InvalidPromptError, MTPError, SessionBusyError
 from .events import DoneEvent, EogEvent, Event, StatsEvent, TextScore, TokenEvent
 from .model import Model
-from .options import DraftLength, GenerationOptions, SessionOptions, option_specs
+from .options import INT32_MAX, DraftLength, GenerationOptions, SessionOptions, _is_not_int, fit_threads, option_specs
 from .stats import DraftControllerEstimates, MTPStats
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class _SlotGate:
         self._free = n_slots
         self._holders: list[_Holder] = []
         self._changed = threading.Condition()
+        self._closed = False
 
     def _busy_error(self) -> SessionBusyError:
         if self._n_slots == 1:
@@ -94,7 +95,17 @@ class _SlotGate:
             "or use another MTP session"
         )
 
+    def close(self, running: bool) -> None:
+        """Refuse every later call; SessionBusyError while a call holds a slot or ``running``."""
+        with self._changed:
+            if running or self._free != self._n_slots:
+                raise SessionBusyError("cannot close a session while a generation is running")
+            self._closed = True
+            self._changed.notify_all()
+
     def _take(self, holder: _Holder) -> _Holder:
+        if self._closed:
+            raise MTPError(_CLOSED_MESSAGE)
         self._free -= 1
         self._holders.append(holder)
         return holder
@@ -110,12 +121,14 @@ class _SlotGate:
         """A slot for this thread; without ``timeout`` the wait for it has no bound."""
         start = time.monotonic()
         with self._changed:
+            if self._closed:
+                raise MTPError(_CLOSED_MESSAGE)
             if self._free == 0:
                 owner = threading.get_ident()
                 if any(h.thread_id == owner for h in self._holders) or _on_event_loop_thread():
                     # Waiting here would block the holder (this thread, or the event loop that finishes it).
                     raise self._busy_error()
-                while self._free == 0:
+                while self._free == 0 and not self._closed:
                     if timeout is None:
                         self._changed.wait()
                     elif (left := start + timeout - time.monotonic()) > 0:
@@ -162,6 +175,23 @@ async def _settle(future: asyncio.Future[Any]) -> None:
 
 
 _call_ids = itertools.count(1)  # ids of generations, for MTP._native.end_call
+
+_CLOSED_MESSAGE = "this MTP session is closed: create a new one"
+
+
+class _Closed:
+    """What a closed session's native part is: every use raises MTPError (also for a call that
+    raced :meth:`MTP.close`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise MTPError(_CLOSED_MESSAGE)
+
+    def __bool__(self) -> bool:
+        return False
+
+
+_CLOSED = _Closed()
+
 
 
 class MTP:
@@ -239,9 +269,14 @@ class MTP:
         """The options this session was created with."""
         self.defaults = defaults or GenerationOptions()
         self._slots = _SlotGate(options.n_parallel)
-        self._native: Any = None
+        self._native: Any = _CLOSED
+        threads = dataclasses.replace(
+            options,
+            n_threads=fit_threads("n_threads", options.n_threads, stacklevel=5),
+            n_threads_batch=fit_threads("n_threads_batch", options.n_threads_batch, stacklevel=5),
+        )
         self._native = _core.Session(
-            model._native, draft_model._native if draft_model is not None else None, options.to_native()
+            model._native, draft_model._native if draft_model is not None else None, threads.to_native()
         )
 
     # ------------------------------------------------------------------ info
@@ -319,6 +354,7 @@ class MTP:
     def cpu_variant(self) -> str:
         """The variant of ggml's CPU backend this session computes with on the CPU ("zen4", "haswell", ...;
         "static" in a build for one CPU): :func:`mtp_llm.cpu_backend` says why."""
+        self._check_open()
         return str(_core.cpu_backend()["variant"])
 
     @property
@@ -364,11 +400,14 @@ class MTP:
         text of fewer than two tokens.
         """
         tokens = self.tokenize_prompt(text)
+        if _is_not_int(n_batch) or not 1 <= n_batch <= INT32_MAX:
+            raise InvalidOptionError(f"n_batch must be an integer from 1 to {INT32_MAX} (got {n_batch!r})")
         logprobs = _core.score_tokens(self.model._native, tokens, n_batch, self.n_threads)
         return TextScore(tuple(tokens), tuple(logprobs))
 
     def tokenize_prompt(self, prompt: Prompt) -> list[int]:
         """Turn a prompt (text, UTF-8 bytes or token ids) into token ids."""
+        self._check_open()
         if isinstance(prompt, bytes):
             try:
                 prompt = prompt.decode("utf-8")
@@ -384,14 +423,18 @@ class MTP:
         if isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             if len(prompt) == 0:
                 raise InvalidPromptError("prompt is empty: pass some text or token ids")
-            return list(cast(Sequence[int], prompt))
+            tokens = list(cast(Sequence[int], prompt))
+            self.model.check_tokens(tokens)
+            return tokens
         raise InvalidPromptError(f"prompt must be str, bytes or a sequence of token ids (got {type(prompt).__name__})")
 
     def options(self, **kwargs: Any) -> GenerationOptions:
         """Resolve per-call keyword options on top of the session defaults."""
+        self._check_open()
         return GenerationOptions.from_kwargs(self.defaults, **kwargs)
 
     def _call_options(self, options: GenerationOptions | None, kwargs: dict[str, Any]) -> GenerationOptions:
+        self._check_open()
         if options is None:
             return self.options(**kwargs)
         if not isinstance(options, GenerationOptions):
@@ -499,23 +542,32 @@ class MTP:
     # ------------------------------------------------------------- lifetime
 
     def close(self) -> None:
-        """Free the contexts now (the model stays loaded while referenced)."""
-        if self._native is not None:
-            if self._native.active:
-                raise SessionBusyError("cannot close a session while a generation is running")
-            self._native = None
+        """Free the contexts now (the model stays loaded while referenced). Every later use of the
+        session raises MTPError, also in calls racing this one; closing again does nothing.
+
+        Raises:
+            SessionBusyError: a generation is running (or holds a slot: an unfinished stream).
+        """
+        native = self._native
+        if native is _CLOSED:
+            return
+        self._slots.close(bool(native.active))
+        self._native = _CLOSED
 
     def _check_open(self) -> None:
-        if self._native is None:
-            raise MTPError("this MTP session is closed: create a new one")
+        if self._native is _CLOSED:
+            raise MTPError(_CLOSED_MESSAGE)
 
     def __enter__(self) -> MTP:
+        self._check_open()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
+        if self._native is _CLOSED:
+            return f"MTP(model={self.model!r}, closed)"
         return f"MTP(model={self.model!r}, n_draft={self.n_draft}, n_ctx={self.n_ctx})"
 
 
