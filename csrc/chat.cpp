@@ -9,6 +9,9 @@
 #include "errors.hpp"
 #include "options.hpp"
 #include "json-schema-to-grammar.h"
+#include "jinja/lexer.h"
+#include "jinja/limits.h"
+#include "jinja/parser.h"
 #include "runtime.hpp"
 
 namespace mtp {
@@ -22,7 +25,93 @@ std::string one_line(const std::string & s) {
     return line.size() > 400 ? line.substr(0, 400) + "..." : line;
 }
 
+const char * const kOtherTemplate = "pass another template as chat_template='...'";
+
+// How deep llama.cpp's Jinja parser and evaluator recurse on a template: its open blocks (an if
+// one more for each elif) plus, in the tag read, each open bracket and the operators chained in
+// it since its last comma or colon (a left-deep expression). Stops counting past `limit`.
+int template_nesting(const std::vector<jinja::token> & tokens, int limit) {
+    using jinja::token;
+    std::vector<int> blocks;  // each open block's weight
+    std::vector<int> frames;  // operators chained in each open bracket of the tag
+    int depth = 0, deepest = 0, in_tag = 0;
+    for (size_t i = 0; i < tokens.size() && deepest <= limit; ++i) {
+        const token & t = tokens[i];
+        switch (t.t) {
+            case token::open_statement: {
+                frames.assign(1, 0);
+                in_tag = 1;
+                const std::string name = i + 1 < tokens.size() && tokens[i + 1].t == token::identifier ? tokens[i + 1].value : "";
+                if (name == "if" || name == "for" || name == "macro" || name == "call" || name == "filter" ||
+                    name == "generation" || name == "set") {
+                    bool block = true;  // {% set x %}...{% endset %}; not {% set x = ... %}
+                    for (size_t j = i + 1; name == "set" && j < tokens.size() && tokens[j].t != token::close_statement; ++j) {
+                        block = block && tokens[j].t != token::equals;
+                    }
+                    if (block) {
+                        blocks.push_back(1);
+                        depth += 1;
+                    }
+                } else if (name == "elif" && !blocks.empty()) {
+                    ++blocks.back();
+                    ++depth;
+                } else if (name.rfind("end", 0) == 0 && !blocks.empty()) {
+                    depth -= blocks.back();
+                    blocks.pop_back();
+                }
+                break;
+            }
+            case token::open_expression: frames.assign(1, 0); in_tag = 1; break;
+            case token::close_statement:
+            case token::close_expression: frames.clear(); in_tag = 0; break;
+            case token::open_paren:
+            case token::open_square_bracket:
+            case token::open_curly_bracket: frames.push_back(0); ++in_tag; break;
+            case token::close_paren:
+            case token::close_square_bracket:
+            case token::close_curly_bracket:
+                if (frames.size() > 1) {
+                    in_tag -= 1 + frames.back();
+                    frames.pop_back();
+                }
+                break;
+            case token::comma:
+            case token::colon:
+                if (!frames.empty()) {
+                    in_tag -= frames.back();
+                    frames.back() = 0;
+                }
+                break;
+            case token::identifier:
+                if (t.value != "and" && t.value != "or" && t.value != "not" && t.value != "in" && t.value != "is" &&
+                    t.value != "if" && t.value != "else") {
+                    break;
+                }
+                [[fallthrough]];
+            case token::additive_binary_operator:
+            case token::multiplicative_binary_operator:
+            case token::comparison_binary_operator:
+            case token::unary_operator:
+            case token::pipe:
+            case token::dot:
+            case token::call_operator:
+                if (!frames.empty()) {
+                    ++frames.back();
+                    ++in_tag;
+                }
+                break;
+            default: break;
+        }
+        deepest = std::max(deepest, depth + in_tag);
+    }
+    return deepest;
+}
+
 common_json parse_json(const std::string & text, const char * what) {
+    if (const int depth = json_depth(text); depth > kJsonDepth) {
+        fail(ErrorKind::InvalidOption, std::string(what) + " nest " + std::to_string(depth) + " deep, over the limit of " +
+                                           std::to_string(kJsonDepth));
+    }
     try {
         return common_json::parse(text);
     } catch (const std::exception & e) {
@@ -35,6 +124,10 @@ common_json parse_json(const std::string & text, const char * what) {
 std::vector<common_chat_tool> parse_tools(const std::string & tools_json) {
     if (tools_json.empty()) {
         return {};
+    }
+    if (const int depth = json_depth(tools_json); depth > kJsonDepth) {
+        fail(ErrorKind::ToolSchema, "the tools nest " + std::to_string(depth) + " deep, over the limit of " +
+                                        std::to_string(kJsonDepth));
     }
     const common_json tools = parse_json(tools_json, "tools");
     std::vector<common_chat_tool> out;
@@ -49,7 +142,10 @@ std::vector<common_chat_tool> parse_tools(const std::string & tools_json) {
         }
         try {
             const common_json params = common_json::parse(tool.parameters.empty() ? "{}" : tool.parameters);
+            check_json_schema(params, "tool '" + tool.name + "': its parameters schema");
             json_schema_to_grammar(common_chat_tool_parameters(common_json{{"parameters", params}}));
+        } catch (const Error &) {
+            throw;
         } catch (const std::exception & e) {
             fail(ErrorKind::ToolSchema, "tool '" + tool.name + "': its parameters schema cannot be turned into a "
                                         "grammar: " + one_line(e.what()));
@@ -80,7 +176,58 @@ std::string force_call(const std::string & grammar, bool thinking) {
     });
 }
 
+// The first render limit hit in this thread's scope (patch 0024), as a ChatTemplateError.
+void check_render_limits(const std::string & label) {
+    if (!jinja::limits().exceeded.empty()) {
+        fail(ErrorKind::ChatTemplate, label + " exceeds a render limit: " + jinja::limits().exceeded + "; " + kOtherTemplate);
+    }
+}
+
 }  // namespace
+
+int json_depth(const std::string & text, bool strings) {
+    int depth = 0, deepest = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') {
+                ++i;
+            } else if (c == '"') {
+                in_string = false;
+            }
+        } else if (c == '"') {
+            in_string = strings;
+        } else if (c == '[' || c == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return deepest;
+}
+
+void check_chat_template(const std::string & text, const std::string & label) {
+    if (text.size() > kTemplateBytes) {
+        fail(ErrorKind::ChatTemplate, label + " is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                                          std::to_string(kTemplateBytes) + "; " + kOtherTemplate);
+    }
+    jinja::lexer_result lexed;
+    try {
+        lexed = jinja::lexer().tokenize(text);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::ChatTemplate, label + " does not parse: " + one_line(e.what()) + "; " + kOtherTemplate);
+    }
+    if (const int nesting = template_nesting(lexed.tokens, kTemplateNesting); nesting > kTemplateNesting) {
+        fail(ErrorKind::ChatTemplate, label + " nests over " + std::to_string(kTemplateNesting) + " deep (blocks, "
+                                      "brackets and chained operators counted together); " + kOtherTemplate);
+    }
+    try {
+        jinja::parse_from_tokens(lexed);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::ChatTemplate, label + " does not parse: " + one_line(e.what()) + "; " + kOtherTemplate);
+    }
+}
 
 ChatTemplates::ChatTemplates(std::shared_ptr<Model> model, const std::string & override_template)
     : model_(std::move(model)) {
@@ -90,12 +237,21 @@ ChatTemplates::ChatTemplates(std::shared_ptr<Model> model, const std::string & o
         fail(ErrorKind::ChatTemplate, "'" + model_->path() + "' has no chat template: pass chat_template='...' "
                                       "(a Jinja template)");
     }
+    check_chat_template(override_template.empty() ? model_->chat_template() : override_template, label_);
+    if (override_template.empty()) {
+        if (const char * tool_use = llama_model_chat_template(model_->get(), "tool_use")) {
+            check_chat_template(tool_use, "the tool_use chat template of '" + model_->path() + "'");
+        }
+    }
     clear_log();
+    const jinja::limit_scope scope;  // the capability probes share one render budget
     try {
         tmpls_ = common_chat_templates_init(model_->get(), override_template);
     } catch (const std::exception & e) {
+        check_render_limits(label_);
         fail(ErrorKind::ChatTemplate, with_log(label_ + " does not parse: " + one_line(e.what())));
     }
+    check_render_limits(label_);
     if (!tmpls_) {
         fail(ErrorKind::ChatTemplate, with_log(label_ + " could not be loaded"));
     }
@@ -130,15 +286,30 @@ common_chat_params ChatTemplates::render(const ChatRequest & request, const std:
         inputs.chat_template_kwargs["reasoning_effort"] = common_json(request.reasoning_effort).dump();
     }
     clear_log();
+    for (const auto & msg : inputs.messages) {
+        for (const auto & call : msg.tool_calls) {
+            if (const int depth = json_depth(call.arguments); depth > kJsonDepth) {
+                fail(ErrorKind::InvalidPrompt, "the arguments of the tool call '" + call.name + "' in the messages nest " +
+                                                   std::to_string(depth) + " deep, over the limit of " +
+                                                   std::to_string(kJsonDepth));
+            }
+        }
+    }
     try {
-        return common_chat_templates_apply(tmpls_.get(), inputs);
+        common_chat_params params = common_chat_templates_apply(tmpls_.get(), inputs);
+        check_render_limits(label_);
+        return params;
+    } catch (const Error &) {
+        throw;
     } catch (const std::exception & e) {
+        check_render_limits(label_);
         fail(ErrorKind::ChatTemplate, label_ + " failed to render " + (tools.empty() ? "the messages" : "the messages "
                                       "and tools") + ": " + one_line(e.what()));
     }
 }
 
 ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
+    const jinja::limit_scope scope;  // every render of the request shares one budget
     std::vector<common_chat_tool> tools = parse_tools(request.tools_json);
     common_chat_tool_choice choice = COMMON_CHAT_TOOL_CHOICE_AUTO;
     std::vector<common_chat_tool> forced;  // a named tool_choice: the grammar allows that tool only
@@ -216,6 +387,7 @@ ChatPrompt ChatTemplates::apply(const ChatRequest & request) const {
     out.parser = std::move(params.parser);
     out.extract_reasoning = request.extract_reasoning;
     out.supports_thinking = out.supports_thinking && parses_reasoning(request, out);
+    check_render_limits(label_);
     return out;
 }
 
@@ -267,6 +439,10 @@ ChatParser::ChatParser(const ChatPrompt & prompt) {
 }
 
 ChatMessage ChatParser::parse(const std::string & text, bool partial) const {
+    if (const int depth = json_depth(text, false); depth > kJsonDepth) {
+        fail(ErrorKind::ChatParse, "the output nests brackets " + std::to_string(depth) + " deep, over the limit of " +
+                                       std::to_string(kJsonDepth) + " the chat parser reads");
+    }
     common_chat_msg msg;
     try {
         msg = common_chat_parse(text, partial, params_);

@@ -16,6 +16,19 @@
 
 namespace mtp {
 
+// Bounds on what a model file, a user or a model's output hands llama.cpp's chat layer, whose
+// Jinja engine and JSON readers recurse without one (docs/reliability.md lists them).
+inline constexpr size_t kTemplateBytes = 1u << 20;  // a chat template's text
+inline constexpr int kTemplateNesting = 200;        // open blocks + brackets + chained operators
+inline constexpr int kJsonDepth = 128;              // messages, arguments, tools, schemas, output
+
+// A template's text within the bounds and parsed by llama.cpp's Jinja parser, else a
+// ChatTemplateError naming the bound or the parser's reason and how to pass another template.
+void check_chat_template(const std::string & text, const std::string & label);
+
+// The deepest nesting of [ and { in `text`: outside JSON strings, or (`strings` false) anywhere.
+int json_depth(const std::string & text, bool strings = true);
+
 // One rendering request. Messages and tools are OpenAI chat-completions JSON.
 struct ChatRequest {
     std::string messages_json = "[]";

@@ -9,6 +9,8 @@
 #include <regex>
 #include <string_view>
 
+#include "chat.hpp"
+#include "errors.hpp"
 #include "gbnf.hpp"
 #include "json-schema-to-grammar.h"
 
@@ -631,6 +633,126 @@ std::string narrow_tool_grammar(const std::string & grammar, const GrammarContex
     }
     string_choices_in_tags(rules, tools);
     return rules.text();
+}
+
+namespace {
+
+std::string pattern_problem(const std::string & p) {
+    if (p.size() < 2 || p.front() != '^' || p.back() != '$') {
+        return "is not anchored with '^' and '$' (a grammar expresses anchored patterns only)";
+    }
+    for (size_t i = 0; i + 1 < p.size(); ++i) {
+        if (p[i] == '\\') {
+            if (p[i + 1] >= '1' && p[i + 1] <= '9') return "has a back-reference, which no grammar expresses";
+            ++i;
+        } else if (p[i] == '(' && p[i + 1] == '?' && i + 2 < p.size() && p[i + 2] != ':') {
+            return "has a lookaround or named group, which no grammar expresses";
+        }
+    }
+    std::string with, without;
+    try {
+        with = json_schema_to_grammar(common_json{{"type", "string"}, {"pattern", p}}, true);
+        without = json_schema_to_grammar(common_json{{"type", "string"}}, true);
+    } catch (const std::exception & e) {
+        std::string why = e.what();
+        std::replace(why.begin(), why.end(), '\n', ' ');
+        return "does not convert: " + why;
+    }
+    return with == without ? "has syntax llama.cpp's grammars do not express" : "";
+}
+
+}  // namespace
+
+void check_json_schema(const common_json & root, const std::string & what) {
+    size_t enum_values = 0;
+    std::vector<const common_json *> stack{&root};
+    while (!stack.empty()) {
+        const common_json & node = *stack.back();
+        stack.pop_back();
+        if (node.is_array()) {
+            for (const auto & v : node) stack.push_back(&v);
+            continue;
+        }
+        if (!node.is_object()) continue;
+        for (const auto & [key, value] : node.items()) {
+            if (key == "enum" || key == "const" || key == "default" || key == "examples") continue;  // values, not schemas
+            if (value.is_object() || value.is_array()) stack.push_back(&value);
+        }
+        if (node.contains("enum") && node.at("enum").is_array()) {
+            enum_values += node.at("enum").size();
+            if (enum_values > kSchemaEnumValues) {
+                fail(ErrorKind::ToolSchema, what + " has over " + std::to_string(kSchemaEnumValues) +
+                                                " enum values in all (the limit: every value is a grammar alternative "
+                                                "checked at each token)");
+            }
+        }
+        if (node.contains("pattern") && node.at("pattern").is_string()) {
+            const std::string p = node.at("pattern").get<std::string>();
+            if (const std::string why = pattern_problem(p); !why.empty()) {
+                fail(ErrorKind::ToolSchema, what + ": the pattern '" + p + "' " + why + "; drop it or write one that "
+                                                "is");
+            }
+        }
+        for (const auto & [low, high] : std::vector<std::pair<const char *, const char *>>{
+                 {"minimum", "maximum"}, {"exclusiveMinimum", "exclusiveMaximum"}, {"minimum", "exclusiveMaximum"},
+                 {"exclusiveMinimum", "maximum"}, {"minLength", "maxLength"}, {"minItems", "maxItems"},
+                 {"minProperties", "maxProperties"}}) {
+            if (!node.contains(low) || !node.contains(high) || !node.at(low).is_number() || !node.at(high).is_number()) {
+                continue;
+            }
+            const double lo = node.at(low).get<double>(), hi = node.at(high).get<double>();
+            const bool strict = std::string(low).rfind("exclusive", 0) == 0 || std::string(high).rfind("exclusive", 0) == 0;
+            if (lo > hi || (strict && lo >= hi)) {
+                fail(ErrorKind::ToolSchema, what + " has " + low + " " + node.at(low).dump() + " above " + high + " " +
+                                                node.at(high).dump() + ": no value matches");
+            }
+        }
+        if (node.contains("$ref") && node.at("$ref").is_string()) {
+            // A $ref is an alias rule: a chain of them that comes back is a rule defined by itself.
+            std::vector<std::string> seen;
+            const common_json * at = &node;
+            while (at->is_object() && at->contains("$ref") && at->at("$ref").is_string()) {
+                const std::string ref = at->at("$ref").get<std::string>();
+                if (std::find(seen.begin(), seen.end(), ref) != seen.end()) {
+                    std::string chain;
+                    for (const auto & r : seen) chain += r + " -> ";
+                    fail(ErrorKind::ToolSchema, what + " has a $ref cycle (" + chain + ref + "): no value matches");
+                }
+                seen.push_back(ref);
+                if (ref.rfind("#/", 0) != 0) break;
+                try {
+                    const common_json * target = &root;
+                    for (size_t from = 2; from <= ref.size();) {
+                        const size_t slash = std::min(ref.find('/', from), ref.size());
+                        std::string key = ref.substr(from, slash - from);
+                        for (size_t t = key.find('~'); t != std::string::npos && t + 1 < key.size(); t = key.find('~', t + 1)) {
+                            key.replace(t, 2, key[t + 1] == '1' ? "/" : "~");
+                        }
+                        target = target->is_array() ? &target->at((size_t) std::stoul(key)) : &target->at(key);
+                        from = slash + 1;
+                    }
+                    at = target;
+                } catch (const std::exception &) {
+                    break;  // unresolved: json_schema_to_grammar says so
+                }
+            }
+        }
+    }
+}
+
+common_json parse_json_schema(const std::string & text, const std::string & what) {
+    if (const int depth = json_depth(text); depth > kJsonDepth) {
+        fail(ErrorKind::ToolSchema, what + " nests " + std::to_string(depth) + " deep, over the limit of " +
+                                        std::to_string(kJsonDepth));
+    }
+    common_json schema;
+    try {
+        schema = common_json::parse(text);
+    } catch (const std::exception & e) {
+        fail(ErrorKind::ToolSchema, what + " is not valid JSON: " + e.what());
+    }
+    check_json_schema(schema, what);
+    return schema;
 }
 
 }  // namespace mtp

@@ -25,4 +25,12 @@ struct GrammarContext {
 // tagged-argument formats with the same shapes); a grammar of another shape is returned as it is.
 std::string narrow_tool_grammar(const std::string & grammar, const GrammarContext & ctx);
 
+// Bounds and checks a JSON schema passes before json_schema_to_grammar reads it (`what` names it
+// in the ToolSchemaError): at most kSchemaEnumValues enum values in all, every `pattern` one the
+// grammar expresses (anchored, no back-reference or lookaround), no min above its max, no $ref
+// cycle. parse_json_schema also bounds the text's nesting (kJsonDepth) before parsing it.
+inline constexpr size_t kSchemaEnumValues = 1000;
+void check_json_schema(const common_json & schema, const std::string & what);
+common_json parse_json_schema(const std::string & text, const std::string & what);
+
 }  // namespace mtp

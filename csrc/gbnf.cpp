@@ -4,6 +4,7 @@
 #include <cctype>
 #include <regex>
 
+#include "errors.hpp"
 #include "json-schema-to-grammar.h"
 
 namespace mtp::gbnf {
@@ -181,6 +182,89 @@ std::string edit_root_rule(const std::string & grammar, const std::function<std:
     start += start == 0 ? 0 : 1;
     const size_t end = std::min(grammar.find('\n', start), grammar.size());
     return grammar.substr(0, start) + edit(grammar.substr(start, end - start)) + grammar.substr(end);
+}
+
+void check_grammar_bounds(const std::string & text) {
+    auto too = [](const std::string & what) {
+        fail(ErrorKind::Grammar, "the grammar " + what + "; simplify the grammar");
+    };
+    if (text.size() > kGrammarBytes) {
+        too("is " + std::to_string(text.size()) + " bytes, over the limit of " + std::to_string(kGrammarBytes));
+    }
+    struct Frame {
+        double total = 0;  // elements of the group once its repetitions are expanded
+        double last = 0;   // elements of its last item
+    };
+    std::vector<Frame> frames(1);
+    size_t rules = 0;
+    auto item = [&](double size) {
+        frames.back().total += size;
+        frames.back().last = size;
+    };
+    for (size_t i = 0; i < text.size();) {
+        const char c = text[i];
+        if (c == '#') {
+            while (i < text.size() && text[i] != '\n' && text[i] != '\r') ++i;
+        } else if (c == '"' || c == '[') {
+            const char close = c == '"' ? '"' : ']';
+            size_t chars = 0;
+            for (++i; i < text.size() && text[i] != close; ++chars) i += text[i] == '\\' ? 2 : 1;
+            ++i;
+            item(c == '"' ? (double) std::max<size_t>(chars, 1) : 1.0);
+        } else if (c == '(') {
+            if ((int) frames.size() > kGrammarNesting) {
+                too("nests groups over " + std::to_string(kGrammarNesting) + " deep");
+            }
+            frames.emplace_back();
+            ++i;
+        } else if (c == ')') {
+            if (frames.size() > 1) {
+                const double size = frames.back().total;
+                frames.pop_back();
+                item(size);
+            }
+            ++i;
+        } else if (c == '{') {
+            double low = 0, high = -1;
+            size_t j = i + 1;
+            auto number = [&](double & out) {
+                bool any = false;
+                for (out = 0; j < text.size() && std::isdigit((unsigned char) text[j]); ++j, any = true) {
+                    out = std::min(out * 10 + (text[j] - '0'), 1e15);
+                }
+                return any;
+            };
+            while (j < text.size() && text[j] == ' ') ++j;
+            number(low);
+            while (j < text.size() && text[j] == ' ') ++j;
+            if (j < text.size() && text[j] == ',') {
+                ++j;
+                while (j < text.size() && text[j] == ' ') ++j;
+                if (!number(high)) high = low + 1;
+            } else {
+                high = low;
+            }
+            const double copies = std::max({low, high, 1.0});
+            Frame & f = frames.back();
+            f.total += f.last * (copies - 1);
+            f.last *= copies;
+            i = j;
+        } else if (c == ':' && text.compare(i, 3, "::=") == 0) {
+            if (++rules > kGrammarRules) {
+                too("has over " + std::to_string(kGrammarRules) + " rules");
+            }
+            i += 3;
+        } else if (gbnf::is_name_char(c)) {
+            while (i < text.size() && gbnf::is_name_char(text[i])) ++i;
+            item(1);
+        } else {
+            ++i;
+        }
+        if (frames.back().total > kGrammarElements || frames.front().total > kGrammarElements) {
+            too("expands to over " + std::to_string((long long) kGrammarElements) + " elements (x{m,n} makes n "
+                "copies of x)");
+        }
+    }
 }
 
 }  // namespace mtp

@@ -93,6 +93,16 @@ std::string literal(const std::string & text);
 
 namespace mtp {
 
+// Bounds on a GBNF grammar before llama.cpp's parser (which recurses on each group) and sampler
+// (which expands x{m,n} into copies) read it: size, group nesting, rules, elements once expanded.
+inline constexpr size_t kGrammarBytes = 4u << 20;
+inline constexpr int kGrammarNesting = 200;
+inline constexpr size_t kGrammarRules = 10000;
+inline constexpr double kGrammarElements = 1e6;
+
+// A GrammarError naming the bound `text` exceeds; nothing when within them.
+void check_grammar_bounds(const std::string & text);
+
 // The grammar with its root rule's line ("root ::= ...") replaced by `edit` of it; a grammar
 // without a root rule is returned as it is.
 std::string edit_root_rule(const std::string & grammar, const std::function<std::string(const std::string &)> & edit);

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from . import _core
-from .errors import ChatParseError, InvalidOptionError, ToolSchemaError
+from .errors import ChatParseError, InvalidOptionError, InvalidPromptError, MTPError, ToolSchemaError
 from .model import Model
 from .options import ChatGrammar, GenerationOptions
 
@@ -175,6 +175,8 @@ class ChatFormat:
         ...), as llama-server passes its request's field; None = the template's default. Raises :class:`~mtp_llm.ToolSchemaError`,
         :class:`~mtp_llm.ChatTemplateError` or :class:`~mtp_llm.InvalidOptionError`.
         """
+        _check_depth(messages, "messages", InvalidPromptError)
+        _check_depth(tools, "tools", ToolSchemaError)
         openai_tools = [_openai_tool(t) for t in tools]
         if self.tool_path == "json" and openai_tools:
             return _JsonTurn.start(self, messages, openai_tools, tool_choice)
@@ -376,7 +378,7 @@ def _extension(sent: str, now: str) -> str:
 
 def _arguments(name: str, text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text) if text.strip() else {}
+        value = _loads_bounded(text) if text.strip() else {}
     except ValueError:
         return {}
     if not isinstance(value, dict):
@@ -429,7 +431,7 @@ class _JsonTurn(ChatTurn):
 
     def finish(self, finish_reason: str) -> ChatFinish:
         try:
-            data = json.loads(self._text)
+            data = _loads_bounded(self._text)
         except ValueError:
             data = None
         if isinstance(data, dict) and "name" in data:
@@ -478,7 +480,7 @@ def _with_system_note(messages: list[dict[str, Any]], note: str) -> list[dict[st
 def _loads(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
-            return json.loads(arguments) if arguments.strip() else {}
+            return _loads_bounded(arguments) if arguments.strip() else {}
         except ValueError:
             return arguments
     return arguments or {}
@@ -534,6 +536,7 @@ def json_schema_grammar(schema: Mapping[str, Any], *, whitespace: Literal["none"
     """
     if whitespace not in ("none", "single"):
         raise InvalidOptionError(f'whitespace must be "none" or "single" (got {whitespace!r})')
+    _check_depth(schema, "the JSON schema", ToolSchemaError)
     space = 'space ::= ""' if whitespace == "none" else 'space ::= " "?'
     grammar = _SPACE_RULE.sub(space, _core.json_schema_grammar(json.dumps(dict(schema))))
     return grammar.replace(_UNBOUNDED_EXPONENT, _BOUNDED_EXPONENT)
@@ -544,6 +547,50 @@ _SPACE_RULE = re.compile(r"^space ::= .*$", re.MULTILINE)
 # Their exponents take up to 16 digits: "1e400" parses as inf. Two digits keep every number finite.
 _UNBOUNDED_EXPONENT = "([eE] [-+]? integral-part)?"
 _BOUNDED_EXPONENT = "([eE] [-+]? [0-9] [0-9]?)?"
+
+
+JSON_DEPTH = 128
+"""How deep messages, tools, schemas and parsed output may nest (the engine's bound: llama.cpp's
+chat layer and Python's json module recurse on each level)."""
+
+
+def _check_depth(value: Any, what: str, error: type[MTPError]) -> None:
+    """Raise ``error`` when ``value`` (dicts, lists, tuples) nests deeper than :data:`JSON_DEPTH`;
+    iterative, so a value of any depth is measured."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth >= JSON_DEPTH:
+            raise error(f"{what} nest over {JSON_DEPTH} deep, the limit")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def _text_depth(text: str) -> int:
+    """The deepest nesting of brackets in ``text``, strings or not (an upper bound of its JSON depth)."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(text):
+        if match.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif depth:
+            depth -= 1
+    return deepest
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _loads_bounded(text: str) -> Any:
+    """``json.loads`` of model output, ChatParseError when it nests deeper than :data:`JSON_DEPTH`."""
+    if _text_depth(text) > JSON_DEPTH:
+        raise ChatParseError(f"the output nests brackets over {JSON_DEPTH} deep, the limit the chat parser reads")
+    return json.loads(text)
 
 
 def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
