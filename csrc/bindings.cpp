@@ -409,7 +409,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("stop", &mtp::GenerateOptions::stop)
         .def_readwrite("sampling", &mtp::GenerateOptions::sampling)
         .def_readwrite("logprobs", &mtp::GenerateOptions::logprobs)
-        .def_readwrite("top_logprobs", &mtp::GenerateOptions::top_logprobs);
+        .def_readwrite("top_logprobs", &mtp::GenerateOptions::top_logprobs)
+        .def_readwrite("draft_temp", &mtp::GenerateOptions::draft_temp);
 
     py::class_<mtp::Session>(m, "Session")
         .def(py::init([](std::shared_ptr<mtp::Model> target, std::shared_ptr<mtp::Model> draft,

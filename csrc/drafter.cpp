@@ -1,6 +1,7 @@
 #include "drafter.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "draft_grammar.hpp"
@@ -277,9 +278,13 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
             const int32_t row = s.row;
             s.row = -1;
             const float * logits = llama_get_logits_ith(head_, row);
-            const llama_token id = r.grammar ? r.grammar->best_allowed(logits, n_vocab_)
-                                             : (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
+            const llama_token id = r.grammar    ? r.grammar->best_allowed(logits, n_vocab_)
+                                   : r.sampling ? sample(logits, *r.sampling)
+                                                : (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
             if (id < 0 || (confidence_ && draft_probability(row) < p_min_)) {
+                if (r.sampling && !r.grammar) {
+                    r.sampling->q->pop_back();  // the head's row of a token not drafted
+                }
                 continue;
             }
             r.out->push_back(id);
@@ -349,6 +354,69 @@ int32_t MtpDrafter::accept(llama_seq_id seq, const common_batch & verify_batch, 
     std::memcpy(s.h_last.data(), h_target + (first_row + n_accepted) * n_embd_, sizeof(float) * n_embd_);
     s.drafted_from = -1;
     return s.pending_tokens.size() >= pending_limit_ ? flush(seq) : 0;
+}
+
+llama_token MtpDrafter::sample(const float * logits, const Sampling & sampling) {
+    // The tokens the target's truncation would keep of the head's logits, most likely first.
+    kept_.clear();
+    for (int32_t i = 0; i < n_vocab_; ++i) {
+        if (logits[i] > -INFINITY) {  // a trimmed head's other rows are -inf
+            kept_.emplace_back(logits[i], i);
+        }
+    }
+    auto by_logit = [](const auto & a, const auto & b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    if (sampling.top_k > 0 && (size_t) sampling.top_k < kept_.size()) {
+        std::partial_sort(kept_.begin(), kept_.begin() + sampling.top_k, kept_.end(), by_logit);
+        kept_.resize((size_t) sampling.top_k);
+    } else if (sampling.top_p < 1.0f || sampling.min_p > 0.0f) {
+        std::sort(kept_.begin(), kept_.end(), by_logit);
+    }
+    if (!kept_.empty() && (sampling.top_p < 1.0f || sampling.min_p > 0.0f)) {
+        const double top = kept_.front().first;
+        double sum = 0.0;
+        for (const auto & [logit, id] : kept_) sum += std::exp((double) logit - top);
+        size_t n = kept_.size();
+        double cum = 0.0;
+        for (size_t k = 0; k < kept_.size(); ++k) {
+            const double pk = std::exp((double) kept_[k].first - top) / sum;
+            if (k > 0 && sampling.min_p > 0.0f && pk < (double) sampling.min_p * (1.0 / sum)) {
+                n = k;
+                break;
+            }
+            cum += pk;
+            if (cum >= (double) sampling.top_p && sampling.top_p < 1.0f) {
+                n = k + 1;
+                break;
+            }
+        }
+        kept_.resize(n);
+    }
+    sampling.q->emplace_back((size_t) n_vocab_, 0.0f);
+    std::vector<float> & q = sampling.q->back();
+    if (kept_.empty()) {
+        return -1;
+    }
+    const double top = *std::max_element(logits, logits + n_vocab_);
+    const double inv = 1.0 / (double) sampling.temp;
+    double sum = 0.0;
+    for (const auto & [logit, id] : kept_) {
+        const double w = std::exp(((double) logit - top) * inv);
+        q[(size_t) id] = (float) w;
+        sum += w;
+    }
+    double u = std::uniform_real_distribution<double>(0.0, sum)(*sampling.rng);
+    llama_token chosen = kept_.back().second;
+    for (const auto & [logit, id] : kept_) {
+        u -= (double) q[(size_t) id];
+        if (u < 0.0) {
+            chosen = id;
+            break;
+        }
+    }
+    for (const auto & [logit, id] : kept_) {
+        q[(size_t) id] = (float) ((double) q[(size_t) id] / sum);
+    }
+    return chosen;
 }
 
 }  // namespace mtp

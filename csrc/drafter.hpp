@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -51,7 +52,20 @@ public:
     // With a `grammar` (the call's, copied at its current state), each drafted token is the
     // head's best among those the grammar allows, and text the grammar forces after a drafted
     // token is appended as is (up to `room` tokens in all; counted in `n_forced`), which ends
-    // the draft.
+    // the draft. With a `sampling` (and no grammar), each drafted token is sampled from the
+    // head's softmax(logits / temp), whose probabilities are appended to `sampling->q` (one
+    // vocabulary-sized row per drafted token), for verification by rejection; otherwise each is
+    // the head's argmax.
+    struct Sampling {
+        float temp;
+        std::mt19937_64 * rng;
+        std::vector<std::vector<float>> * q;
+        // The target's truncation, applied to the head's logits as the target's chain applies it
+        // (top-k, then top-p and min-p on the untempered softmax), so that q covers what p covers.
+        int32_t top_k = 0;
+        float top_p = 1.0f;
+        float min_p = 0.0f;
+    };
     struct Request {
         llama_seq_id seq;
         llama_token id_last;
@@ -61,6 +75,7 @@ public:
         DraftGrammar * grammar = nullptr;
         int32_t room = 0;
         int32_t * n_forced = nullptr;
+        const Sampling * sampling = nullptr;
     };
     // Drafts for every request at once: each draft step is one head decode over all the
     // sequences still drafting, and the pending catch-up rows ride in the first one.
@@ -113,6 +128,9 @@ private:
     void add_pending(llama_seq_id seq, size_t first, size_t end);  // pending rows [first, end) into batch_
     int32_t flush(llama_seq_id seq);  // decodes the sequence's pending rows into the head (batches of n_batch)
     float draft_probability(int32_t row);  // the drafted token's probability as llama.cpp's driver sees it
+    // A token sampled from softmax(logits / temp); its probabilities are appended to `q`.
+    llama_token sample(const float * logits, const Sampling & sampling);
+    std::vector<std::pair<float, llama_token>> kept_;  // sample()'s scratch: the tokens truncation keeps
     int32_t decode_padded();  // decodes batch_, then takes its padding rows out of the head's cache
 
     llama_context * target_;

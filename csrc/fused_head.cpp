@@ -40,12 +40,21 @@ public:
 
     void draft(const std::vector<Slot *> & slots, const common_batch &) override {
         requests_.clear();
+        samplings_.clear();
+        samplings_.reserve(slots.size());  // requests_ point into it
         for (Slot * s : slots) {
             Slot::Round & r = s->round;
             if (r.n_max > 0) {
                 r.resumed = drafter_.pending_rows(s->seq) > (size_t) n_draft_max_ + 1;
+                r.draft_q.clear();
+                const MtpDrafter::Sampling * sampling = nullptr;
+                if (s->call.draft_temp > 0.0f) {
+                    samplings_.push_back({s->call.draft_temp, &s->call.rng, &r.draft_q, s->call.draft_top_k,
+                                          s->call.draft_top_p, s->call.draft_min_p});
+                    sampling = &samplings_.back();
+                }
                 requests_.push_back({s->seq, s->cache.id_last, s->cache.n_past, r.n_max, &r.draft_tokens,
-                                     r.grammar ? &r.grammar : nullptr, r.forced_room, &r.n_forced});
+                                     r.grammar ? &r.grammar : nullptr, r.forced_room, &r.n_forced, sampling});
             }
         }
         if (requests_.empty()) {
@@ -103,6 +112,7 @@ private:
     MtpDrafter drafter_;
     int32_t n_draft_max_;
     std::vector<MtpDrafter::Request> requests_;  // kept: nothing is allocated per step
+    std::vector<MtpDrafter::Sampling> samplings_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 // DraftSource; nothing here depends on which.
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "errors.hpp"
 #include "session.hpp"
@@ -252,6 +253,7 @@ void Session::draft(std::vector<Slot *> & slots) {
             continue;  // draft_tokens holds the tokens to verify again
         }
         r.draft_tokens.clear();
+        r.draft_q.clear();
         if (drafting(*s)) {
             const int32_t n_draft = s->call.active_n_draft.load(std::memory_order_relaxed);
             r.room = draft_room(*s, n_draft);
@@ -360,7 +362,9 @@ void Session::sample(Slot & s) {
     for (size_t i = 0; i < sample_rows_.size(); ++i) {
         sample_rows_[i] = r.first_row + (int) i;
     }
-    r.ids = common_sampler_sample_and_accept_n(s.call.sampler.get(), ctx_tgt_.get(), sample_rows_, r.draft_tokens);
+    r.ids = s.call.draft_temp > 0.0f && !r.is_replay && !r.draft_tokens.empty()
+                ? sample_by_rejection(s)
+                : common_sampler_sample_and_accept_n(s.call.sampler.get(), ctx_tgt_.get(), sample_rows_, r.draft_tokens);
     r.must_restore = checkpoints_target() && r.ids.size() - 1 < r.draft_tokens.size();
     r.logprobs.clear();
     if (s.call.logprobs) {
@@ -371,6 +375,71 @@ void Session::sample(Slot & s) {
                                                 s.call.top_logprobs, logprob_order_));
         }
     }
+}
+
+// Exact speculative sampling (Leviathan et al. 2023, Chen et al. 2023) along drafts the head sampled
+// from q (round.draft_q; a draft without a row, forced text, has q = 1): at each row the target's
+// sampler chain gives p, the distribution it samples from in plain decoding (penalties, top-k/p,
+// min-p, temperature); the draft x is accepted with probability min(1, p(x) / q(x)), else the
+// row's token is drawn from max(0, p - q) normalised and the draft ends; after the last accepted
+// draft the next row's token is drawn from p. Each output token so follows p, as in plain
+// decoding, and a draft is accepted with probability sum(min(p, q)).
+std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
+    Slot::Round & r = s.round;
+    common_sampler * sampler = s.call.sampler.get();
+    std::mt19937_64 & rng = s.call.rng;
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    std::vector<llama_token> ids;
+    ids.reserve(r.draft_tokens.size() + 1);
+    for (size_t i = 0; i < r.draft_tokens.size(); ++i) {
+        // The chain's draw is not used: its distribution is (the candidates' p, left by its last stage).
+        common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_[i], false);
+        const llama_token_data_array * p = common_sampler_get_candidates(sampler, false);
+        const llama_token x = r.draft_tokens[i];
+        const float * q = i < r.draft_q.size() ? r.draft_q[i].data() : nullptr;
+        double px = 0.0;
+        for (size_t k = 0; k < p->size; ++k) {
+            if (p->data[k].id == x) {
+                px = p->data[k].p;
+                break;
+            }
+        }
+        const double qx = q ? (double) q[x] : 1.0;
+        llama_token id = x;
+        if (!(uniform(rng) * qx < px)) {
+            // Rejected: the residual max(0, p - q) (without x when q is a point mass).
+            double total = 0.0;
+            residual_.resize(p->size);
+            for (size_t k = 0; k < p->size; ++k) {
+                const llama_token v = p->data[k].id;
+                const double qv = q ? (double) q[v] : (v == x ? 1.0 : 0.0);
+                residual_[k] = std::max(0.0, (double) p->data[k].p - qv);
+                total += residual_[k];
+            }
+            id = p->data[0].id;
+            if (total > 0.0) {
+                double u = uniform(rng) * total;
+                for (size_t k = 0; k < p->size; ++k) {
+                    if (residual_[k] > 0.0) {
+                        id = p->data[k].id;
+                        u -= residual_[k];
+                        if (u < 0.0) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        common_sampler_accept(sampler, id, true);
+        ids.push_back(id);
+        if (id != x || target_->is_eog(id)) {
+            return ids;  // a rejection, or an accepted end of generation (nothing follows it)
+        }
+    }
+    const llama_token id = common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_.back(), false);
+    common_sampler_accept(sampler, id, true);
+    ids.push_back(id);
+    return ids;
 }
 
 // Partial acceptance without in-place rollback: back to the checkpoint, and the

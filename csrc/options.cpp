@@ -128,6 +128,9 @@ void validate(const GenerateOptions & g, int32_t session_longest_draft) {
     if (!std::isfinite(s.temp) || s.temp < 0.0f) {
         fail(ErrorKind::InvalidOption, "temp must be a finite number >= 0 (0 = greedy)");
     }
+    if (g.draft_temp && (!std::isfinite(*g.draft_temp) || *g.draft_temp < 0.0f)) {
+        fail(ErrorKind::InvalidOption, "draft_temp must be a finite number >= 0 (0 = the head's argmax) or None");
+    }
     if (s.top_k < 0) {
         fail(ErrorKind::InvalidOption, "top_k must be >= 0 (0 = whole vocabulary)");
     }

@@ -82,6 +82,7 @@ struct GenerateOptions {
     SamplingOptions sampling;
     bool logprobs = false;         // each token's log-probability under the target
     int32_t top_logprobs = 0;      // and the k most likely tokens' (implies logprobs)
+    std::optional<float> draft_temp;  // the head's sampling temperature; unset = the call's; 0 = its argmax
 };
 
 constexpr int32_t kMaxTopLogprobs = 20;

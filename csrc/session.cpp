@@ -234,6 +234,16 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
     try {
         s.call.sampler = std::move(sampler);
         s.call.has_grammar = has_grammar;
+        // Exact speculative sampling where the target samples without a grammar (whose masking
+        // after sampling has no closed-form distribution to verify against).
+        // A target that replays accepted drafts after a checkpoint restore keeps the head's argmax.
+        s.call.draft_temp = source_ && g.sampling.temp > 0.0f && !has_grammar && !checkpoints_target()
+                                ? g.draft_temp.value_or(g.sampling.temp)
+                                : 0.0f;
+        s.call.draft_top_k = g.sampling.top_k;
+        s.call.draft_top_p = g.sampling.top_p;
+        s.call.draft_min_p = g.sampling.min_p;
+        s.call.rng.seed(common_sampler_get_seed(s.call.sampler.get()) ^ 0x9e3779b97f4a7c15ull);
         s.call.preserved_tokens = sampling.preserved_tokens;
         prepare(s, prompt, g, choice.copy_from);
     } catch (...) {

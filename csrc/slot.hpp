@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -76,6 +77,14 @@ struct Slot {
 
         common_sampler_ptr sampler;
         bool has_grammar = false;                // the sampler constrains the output with a grammar
+        // Exact speculative sampling: drafts sampled from the head's softmax(logits / draft_temp),
+        // verified by rejection against the target's sampling distribution (0: the head's argmax,
+        // verified by sampling the target and comparing; both keep the target's distribution).
+        float draft_temp = 0.0f;
+        int32_t draft_top_k = 0;  // the target's truncation, applied to the head's distribution too
+        float draft_top_p = 1.0f;
+        float draft_min_p = 0.0f;
+        std::mt19937_64 rng;  // the drafts' and the rejections' draws, seeded from the call's seed
         std::set<llama_token> preserved_tokens;  // emitted as text (a chat grammar's markup)
         std::vector<llama_token> prompt;         // prompt tokens still to process (all but the last)
         size_t prompt_done = 0;
@@ -117,6 +126,7 @@ struct Slot {
         int32_t n_forced = 0;       // drafts the grammar forced (no head pass): the draft's last ones
         DraftGrammar grammar;       // the call's grammar following the head's draft (when it constrains it)
         int32_t first_row = 0;      // its rows in the verify batch
+        std::vector<std::vector<float>> draft_q;  // the head's distribution of each sampled draft (draft_temp > 0)
         std::vector<llama_token> ids;  // the target's tokens: the accepted drafts plus one
         std::vector<TokenLogprobs> logprobs;  // of each of `ids`, when the call asked
         common_sampler_ptr sampler_before;

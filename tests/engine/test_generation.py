@@ -227,7 +227,9 @@ def check_sampled_distribution(model: Model, n_draft: int | str, draft_model: Mo
     target = [float(weights[t]) for t in SAMPLING_TOKENS]
     target.append(1.0 - sum(target))
 
-    sampling = {"temp": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "max_tokens": 4}
+    # draft_temp=0: the head's argmax, verified by sampling the target and comparing (rejection
+    # sampling of drafts from the head's distribution: tests/engine/test_exact_sampling.py).
+    sampling = {"temp": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "max_tokens": 4, "draft_temp": 0.0}
     plain = make_session(model, n_draft=0)
     spec = make_session(model, draft_model=draft_model, n_draft=n_draft, n_draft_max=2)
     counts = [0, 0, 0, 0]

@@ -42,6 +42,7 @@ _SET: dict[str, Any] = {
     "timeout": 1.5,
     "stop": ("x",),
     "temp": 0.25,
+    "draft_temp": 0.5,
     "top_k": 3,
     "top_p": 0.5,
     "min_p": 0.125,
