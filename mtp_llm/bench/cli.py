@@ -28,7 +28,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     results, meta = run_bench(
         model_path, n_drafts, prompts, args.tokens, args.threads, args.reps, args.warmup, not args.no_progress,
         args.rollback, {"default": None, "on": True, "off": False}[args.flash_attn], args.draft_head,
-        args.n_gpu_layers,
+        args.n_gpu_layers, args.temp, args.seed,
     )
     rows = to_rows(results)
     table = markdown_table(rows)
@@ -67,6 +67,9 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--reps", type=int, default=3, help="measured repetitions")
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--temp", type=float, default=0.0,
+                   help="sampling temperature (0: greedy); above 0 MTP drafts are sampled and verified by rejection")
+    p.add_argument("--seed", type=int, default=None, help="seed of the first prompt (the next ones: +1 each)")
     p.add_argument("--out", type=os.path.expanduser, default="benchmarks/results", help="output directory")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--rollback", default="auto", choices=ROLLBACK_MODES,

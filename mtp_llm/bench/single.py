@@ -81,7 +81,9 @@ class _TimedNative:
         return getattr(self._native, name)
 
 
-def _run_once(session: Any, prompts: list[str], tokens: int) -> tuple[float, float, float, float, Any]:
+def _run_once(
+    session: Any, prompts: list[str], tokens: int, temp: float = 0.0, seed: int | None = None
+) -> tuple[float, float, float, float, Any]:
     """Generate for every prompt; return decode t/s, prompt t/s, mean TTFT (ms), Python us/token, stats.
 
     Python time per token is the wall time of consuming ``stream_events`` minus the time
@@ -94,9 +96,10 @@ def _run_once(session: Any, prompts: list[str], tokens: int) -> tuple[float, flo
     session._native = timed
     wall = 0.0
     try:
-        for prompt in prompts:
+        for i, prompt in enumerate(prompts):
             start = time.perf_counter()
-            for event in session.stream_events(prompt, max_tokens=tokens, temp=0):
+            sampling = {"temp": temp} if seed is None else {"temp": temp, "seed": seed + i}
+            for event in session.stream_events(prompt, max_tokens=tokens, **sampling):
                 if type(event) is DoneEvent:
                     break
             wall += time.perf_counter() - start
@@ -121,6 +124,8 @@ def run_bench(
     flash_attn: bool | None = None,
     draft_head: str | None = None,
     n_gpu_layers: int = 0,
+    temp: float = 0.0,
+    seed: int | None = None,
 ) -> tuple[list[ConfigResult], dict[str, Any]]:
     from ..model import Model
     from ..session import MTP
@@ -148,7 +153,7 @@ def run_bench(
     bar = _progress(total, progress)
     for rep in range(warmup + reps):
         for k in configs:
-            decode, prompt_tps, ttft, py_us, stats = _run_once(sessions[k], prompts, tokens)
+            decode, prompt_tps, ttft, py_us, stats = _run_once(sessions[k], prompts, tokens, temp, seed)
             bar.update(1)
             if rep < warmup:
                 continue
@@ -181,6 +186,8 @@ def run_bench(
         "mtp_driver": sessions[configs[-1]].mtp_driver,
         "flash_attn": {None: "default", True: "on", False: "off"}[flash_attn],
         "draft_head": str(draft.path) if draft else "embedded",
+        "temp": temp,
+        "seed": seed,
     }
     return [results[k] for k in configs], meta
 
