@@ -649,6 +649,12 @@ std::string pattern_problem(const std::string & p) {
             return "has a lookaround or named group, which no grammar expresses";
         }
     }
+    static const std::regex backwards(R"(\{(\d+),(\d+)\})");
+    for (std::sregex_iterator it(p.begin(), p.end(), backwards), end; it != end; ++it) {
+        if (std::stoull((*it)[2].str().substr(0, 18)) < std::stoull((*it)[1].str().substr(0, 18))) {
+            return "repeats " + it->str() + " times: the maximum is below the minimum";
+        }
+    }
     std::string with, without;
     try {
         with = json_schema_to_grammar(common_json{{"type", "string"}, {"pattern", p}}, true);

@@ -196,7 +196,7 @@ void check_grammar_bounds(const std::string & text) {
         double last = 0;   // elements of its last item
     };
     std::vector<Frame> frames(1);
-    size_t rules = 0;
+    size_t rules = 0, alternatives = 0;
     auto item = [&](double size) {
         frames.back().total += size;
         frames.back().last = size;
@@ -244,11 +244,21 @@ void check_grammar_bounds(const std::string & text) {
             } else {
                 high = low;
             }
+            if (high >= 0 && high < low) {
+                too("repeats an item {" + std::to_string((long long) low) + "," + std::to_string((long long) high) +
+                    "} times: the maximum is below the minimum");
+            }
             const double copies = std::max({low, high, 1.0});
             Frame & f = frames.back();
             f.total += f.last * (copies - 1);
             f.last *= copies;
             i = j;
+        } else if (c == '|') {
+            if (++alternatives > kGrammarAlternatives) {
+                too("has over " + std::to_string(kGrammarAlternatives) + " alternatives (each is a parse llama.cpp "
+                    "advances at every token)");
+            }
+            ++i;
         } else if (c == ':' && text.compare(i, 3, "::=") == 0) {
             if (++rules > kGrammarRules) {
                 too("has over " + std::to_string(kGrammarRules) + " rules");

@@ -94,10 +94,12 @@ std::string literal(const std::string & text);
 namespace mtp {
 
 // Bounds on a GBNF grammar before llama.cpp's parser (which recurses on each group) and sampler
-// (which expands x{m,n} into copies) read it: size, group nesting, rules, elements once expanded.
+// (which expands x{m,n} into copies) read it: size, group nesting, rules, alternatives, elements
+// once expanded, and no x{m,n} with n < m (which hangs its expansion).
 inline constexpr size_t kGrammarBytes = 4u << 20;
 inline constexpr int kGrammarNesting = 200;
 inline constexpr size_t kGrammarRules = 10000;
+inline constexpr size_t kGrammarAlternatives = 5000;
 inline constexpr double kGrammarElements = 1e6;
 
 // A GrammarError naming the bound `text` exceeds; nothing when within them.

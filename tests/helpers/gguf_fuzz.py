@@ -1,5 +1,5 @@
 """Structure-aware mutations of GGUF files, for proving that loading untrusted files never
-takes the process down (tests/engine/test_errors.py, tools/fuzz_gguf.py).
+takes the process down (tests/engine/test_errors.py, tools/fuzz.py).
 
 Each mutant is a copy of a real file with one to three metadata values or tensor-info
 fields (dimensions, types, offsets) overwritten in place by edge values: 0, 1, small
