@@ -78,7 +78,7 @@ PATCHES: dict[str, str] = {
     "0021-cpu-variant-subset.patch": "8ad8a5d707cbe25f33c4f718853fcd0bf6fdc2b6c0fba7312ad53abe50567a4f",
     "0022-avx-only-exact-columns.patch": "33b04d5c5df89e2626bab5c5ecb00d25f9434d4b3e4b9c7b9ded6874e3d98d10",
     "0023-arm-exact-wide-verify.patch": "2592a3812f48fc3ec0ad9b978460d019464aa2e6181146a39af436d0d4edb303",
-    "0024-jinja-render-limits.patch": "00b55980a9018f8141b8235d05e852c8b0cf0856f75870e3e094ac997d079b87",
+    "0024-jinja-render-limits.patch": "e473bdb2ab971f50408c06bca82889b4861ed5c8b0c624fc7b1d77be1f20d3e1",
 }
 STAMP = ".mtp_llm_patches"
 

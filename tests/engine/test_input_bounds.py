@@ -73,6 +73,10 @@ CASES: dict[str, tuple[str, str, str]] = {
         "{% endfor %}').render(HI)",
         "ChatTemplateError", "longer than 5 s",
     ),
+    "template: a 10^7-item range (found by tools/fuzz.py: a hang)": (
+        "def case(): ChatFormat(model, '{{ range(10000000) | length }}').render(HI)", "ChatTemplateError",
+        "items exceeds the limit",
+    ),
     "template: syntax error names the reason": (
         "def case(): ChatFormat(model, '{% if %}').render(HI)", "ChatTemplateError", "Unexpected token",
     ),
