@@ -538,7 +538,10 @@ def json_schema_grammar(schema: Mapping[str, Any], *, whitespace: Literal["none"
         raise InvalidOptionError(f'whitespace must be "none" or "single" (got {whitespace!r})')
     _check_depth(schema, "the JSON schema", ToolSchemaError)
     space = 'space ::= ""' if whitespace == "none" else 'space ::= " "?'
-    grammar = _SPACE_RULE.sub(space, _core.json_schema_grammar(json.dumps(dict(schema))))
+    if not isinstance(schema, (Mapping, bool)):
+        raise ToolSchemaError(f"a JSON schema is an object or a boolean (got {type(schema).__name__})")
+    document = schema if isinstance(schema, bool) else dict(schema)
+    grammar = _SPACE_RULE.sub(space, _core.json_schema_grammar(json.dumps(document)))
     return grammar.replace(_UNBOUNDED_EXPONENT, _BOUNDED_EXPONENT)
 
 
