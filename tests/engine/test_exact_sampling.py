@@ -144,3 +144,19 @@ def test_greedy_is_unchanged_by_draft_temp(sampling_model: Model) -> None:
         assert spec.generate(PROMPT, temp=0, max_tokens=24, draft_temp=draft_temp) == plain.generate(
             PROMPT, temp=0, max_tokens=24
         )
+
+
+def test_rejection_sampling_with_a_trimmed_head(tiny_paths: dict[str, Path], tmp_path: Path, sampling_model: Model) -> None:
+    from mtp_llm.gguf.draft_vocab import draft_vocab_ids, special_token_ids, write_trimmed_head
+    from mtp_llm.gguf.tiny_models import TOKEN_X
+
+    path = tiny_paths["sampling"]
+    counts = np.zeros(sampling_model.n_vocab, dtype=np.int64)
+    counts[[TOKEN_X, *SAMPLING_TOKENS]] = 1
+    trimmed = Model.load(write_trimmed_head(path, draft_vocab_ids(counts, 40, special_token_ids(path)), tmp_path, "f16"))
+    assert trimmed.draft_vocab_size == 40
+    session = make_session(sampling_model, draft_model=trimmed, n_draft=3)
+    # The head's q covers its 40 tokens only; p covers the whole vocabulary: the residual supplies the rest.
+    opts = {"temp": 1.0, "draft_temp": 3.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
+    check(sample_pairs(session, opts, range(GENERATIONS)), target_distribution(sampling_model, 1.0))
+    assert session.stats().draft_vocab_size == 40 and session.stats().drafts_generated > 0
