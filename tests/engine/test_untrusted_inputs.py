@@ -380,3 +380,24 @@ def test_rpc_timeout_bounds_a_load_on_a_server_gone_silent_after_the_handshake(t
     assert proc.returncode == 0 and lines and lines[0].startswith("ModelLoadError"), (proc.stdout, proc.stderr[-1500:])
     assert float(lines[0].split()[1]) < 10, lines[0]
     assert lines[-1] == "True"
+
+
+def test_use_mmap_false_loads_a_sparse_padded_file_quickly(tiny_paths, tmp_path: Path) -> None:
+    """A GGUF padded with a 2 GiB hole: memory-mapped, the load touches the padding (docs/reliability.md);
+    use_mmap=False reads the tensors only and loads within seconds."""
+    padded = tmp_path / "padded.gguf"
+    padded.write_bytes(tiny_paths["random"].read_bytes())
+    os.truncate(padded, 2 * 1024**3)  # a sparse file: the hole takes no disk
+    code = textwrap.dedent(
+        """
+        import sys, time
+        from mtp_llm import MTP, Model
+        start = time.monotonic()
+        m = Model.load(sys.argv[1], use_mmap=False)
+        took = time.monotonic() - start
+        print(took < 10.0, MTP(m, n_threads=1, n_ctx=512, n_draft=2).generate("Hello", max_tokens=8, temp=0) != "")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(padded)], capture_output=True, text=True, timeout=60,
+                          env=CHILD_ENV)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True True", (proc.stdout, proc.stderr[-1500:])
