@@ -163,12 +163,15 @@ class IntegrationBase(CheckedInit):
 
     _own_session: MTP | None = PrivateAttr(default=None)
 
-    def model_post_init(self, context: Any, /) -> None:
-        """Refuse at construction what the engine would refuse at the first call: the session's
-        options (``n_draft=99``) and the generation defaults."""
-        super().model_post_init(context)
-        EngineSpec.of(self)
-        self._call_options({})
+    def __init__(self, /, **data: Any) -> None:
+        super().__init__(**data)
+        # What the engine would refuse at the first call is refused now: the session's options
+        # (``n_draft=99``) and the generation defaults.
+        try:
+            EngineSpec.of(self)
+            self._call_options({})
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"{type(self).__name__}(): {exc}") from None
 
     def _given_session(self) -> MTP | None:
         """A session handed in by the user (LangChain's ``session`` field), else None."""
