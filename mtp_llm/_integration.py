@@ -36,6 +36,7 @@ __all__ = [
     "EngineSpec",
     "call_options",
     "TOKEN_IDS_KEY",
+    "answer_ids",
     "answer_token_ids",
     "chat_prompt",
     "chat_prompt_tokens",
@@ -433,6 +434,12 @@ def answer_token_ids(ids: Sequence[int], finish_reason: str | None) -> list[int]
     """The ids an answer keeps under :data:`TOKEN_IDS_KEY`: what it generated, less the end-of-generation token
     (the template writes its own)."""
     return list(ids[:-1] if finish_reason == "eog" and ids else ids)
+
+
+def answer_ids(metadata: Mapping[str, Any]) -> list[int] | None:
+    """The token ids an earlier answer's metadata keeps under :data:`TOKEN_IDS_KEY`, if valid."""
+    ids = metadata.get(TOKEN_IDS_KEY)
+    return ids if isinstance(ids, list) and ids and all(type(i) is int for i in ids) else None
 
 
 def chat_prompt_tokens(session: MTP, prompt: str, answers: Sequence[Sequence[int]]) -> str | list[int]:

@@ -86,7 +86,18 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import Field
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import TOKEN_IDS_KEY, answer_token_ids, chat_prompt_tokens, chat_turn, json_object, logprob_entry, openai_message, parse_structured, stats_payload
+from ._integration import (
+    TOKEN_IDS_KEY,
+    answer_ids,
+    answer_token_ids,
+    chat_prompt_tokens,
+    chat_turn,
+    json_object,
+    logprob_entry,
+    openai_message,
+    parse_structured,
+    stats_payload,
+)
 from .chat import ChatDelta, ChatTurn, ToolCall, json_schema_grammar, normalize_tool_choice
 from .errors import InvalidOptionError, StructuredOutputError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
@@ -456,12 +467,7 @@ def _llm_result(per_prompt: list[list[GenerationChunk]]) -> LLMResult:
 
 def _answers(messages: Sequence[BaseMessage]) -> list[list[int]]:
     """The token ids earlier answers of this model were written with (``response_metadata``)."""
-    answers = []
-    for message in messages:
-        ids = message.response_metadata.get(TOKEN_IDS_KEY) if isinstance(message, AIMessage) else None
-        if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
-            answers.append(ids)
-    return answers
+    return [ids for m in messages if isinstance(m, AIMessage) and (ids := answer_ids(m.response_metadata))]
 
 
 def _openai_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:

@@ -62,7 +62,18 @@ from pydantic import BaseModel
 from llama_index_instrumentation.base import BaseEvent
 
 from ._derived import ChatFields, EmbeddingFields, LLMFields
-from ._integration import TOKEN_IDS_KEY, answer_token_ids, chat_prompt_tokens, chat_turn, display_name, logprob_entry, openai_message, parse_structured, stats_payload
+from ._integration import (
+    TOKEN_IDS_KEY,
+    answer_ids,
+    answer_token_ids,
+    chat_prompt_tokens,
+    chat_turn,
+    display_name,
+    logprob_entry,
+    openai_message,
+    parse_structured,
+    stats_payload,
+)
 from .chat import DEFAULT_CHAT_TEMPLATE, ChatReply, ChatTurn, ToolCall, json_schema_grammar
 from .errors import ChatParseError, InvalidOptionError
 from .events import DoneEvent, Event, StatsEvent, TokenEvent
@@ -589,12 +600,7 @@ def _structured_kwargs(output_cls: type[BaseModel], llm_kwargs: dict[str, Any] |
 
 def _answers(messages: Sequence[ChatMessage]) -> list[list[int]]:
     """The token ids earlier answers of this model were written with (``additional_kwargs``)."""
-    answers = []
-    for message in messages:
-        ids = message.additional_kwargs.get(TOKEN_IDS_KEY)
-        if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
-            answers.append(ids)
-    return answers
+    return [ids for m in messages if (ids := answer_ids(m.additional_kwargs))]
 
 
 def _openai_message(message: ChatMessage) -> dict[str, Any]:
