@@ -111,10 +111,11 @@ def test_per_call_stats_are_exact(tiny_paths: dict[str, Path], name: str) -> Non
     single = MTP(target, n_ctx=512, n_draft=3, n_threads=THREADS)
     prompts = [f"{LONG} {p}" for p in PROMPTS[:4]]
     expected = []
+    # 200 tokens: long enough that the four threads' calls overlap even when a busy machine starts them apart.
     for p in prompts:
-        single.generate(p, max_tokens=30, temp=0)
+        single.generate(p, max_tokens=200, temp=0)
         expected.append(single.last_stats)
-    got, stats = run_concurrently(parallel, prompts, max_tokens=30, temp=0)
+    got, stats = run_concurrently(parallel, prompts, max_tokens=200, temp=0)
     rate = 1.0 if name == "accept100" else 1 / 3
     for s, e in zip(stats, expected, strict=True):
         fields = ("drafts_generated", "drafts_accepted", "tokens_emitted", "iters", "prompt_tokens")
