@@ -1,6 +1,7 @@
 #include "session.hpp"
 
 #include <algorithm>
+#include <thread>
 
 #include "errors.hpp"
 #include "head_checks.hpp"
@@ -427,6 +428,11 @@ StepResult Session::step(int32_t slot) {
     check_rpc();
     StepResult out;
     try {
+        // A caller waiting in begin() takes the lock before this caller's next round: std::mutex is not
+        // fair, and a caller that re-locks at once could run its whole generation before the other joins.
+        for (int spins = 0; joining_.load(std::memory_order_relaxed) > 0 && spins < 1000; ++spins) {
+            std::this_thread::yield();
+        }
         std::unique_lock<std::mutex> lock(mu_);
         if (!s.call.in_use) {
             fail(ErrorKind::Busy, "no generation is running: call begin() first");
