@@ -20,6 +20,7 @@ created session (locked), the display name, the options of one call.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import types
@@ -102,14 +103,15 @@ def chat_fields() -> dict[str, tuple[Any, Any]]:
     return {spec.name: _pydantic_field(spec) for spec in option_specs(ChatSettings)}
 
 
-def _accepted_names(cls: type[BaseModel]) -> set[str]:
+@functools.cache
+def _accepted_names(cls: type[BaseModel]) -> frozenset[str]:
     names = set(cls.model_fields)
     for name, field in cls.model_fields.items():
         if isinstance(field.alias, str):
             names.add(field.alias)
         if isinstance(field.validation_alias, str):
             names.add(field.validation_alias)
-    return names
+    return frozenset(names)
 
 
 def _shown(value: Any) -> str:

@@ -666,16 +666,8 @@ class ChatMTP(ChatFields, _MTPParams, BaseChatModel):
         ``trim_messages(token_counter=chat)`` counts with it."""
         if not messages:
             return 0
-        formatted = [convert_to_openai_tool(t) for t in tools or ()]
-        turn = chat_turn(
-            self.client,
-            self.chat_template,
-            _openai_messages(messages),
-            tools=formatted,
-            enable_thinking=self.enable_thinking,
-            reasoning_effort=self.reasoning_effort,
-        )
-        return len(self.client.tokenize_prompt(chat_prompt_tokens(self.client, turn.prompt, _answers(messages))))
+        prompt, _, _ = self._prepare(messages, None, {"tools": [convert_to_openai_tool(t) for t in tools or ()]})
+        return len(self.client.tokenize_prompt(prompt))
 
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
