@@ -12,6 +12,11 @@ spelling of forced text starts from nothing each time) and runs 8 calls on each 
 repetition is not counted. A repetition's speed is its tokens over its decode time, all calls together (per-call
 figures of 30-60 tokens were too noisy); the table gives the median over repetitions and their min-max. Outputs
 must equal plain decoding's. Results go to DIR/structured_speed.{md,json}.
+
+With ``--temp T`` (> 0) every call samples (seed = its index) and the MTP configurations are the head's
+argmax drafts verified by comparison (``draft_temp=0``: outputs still equal plain decoding's, seed for seed)
+and the default, drafts sampled from the head and verified by rejection (the same distribution, other
+draws). Results go to DIR/structured_speed_tT.{md,json}.
 """
 
 from __future__ import annotations
@@ -61,17 +66,23 @@ JSON_QUESTIONS = [
     "Describe an unemployed painter as JSON.",
     "Make up a pilot and return their profile as JSON.",
 ]
-CONFIGS: dict[str, dict[str, Any]] = {
+GREEDY_CONFIGS: dict[str, dict[str, Any]] = {
     "plain": {"draft_model": None, "n_draft": 0},
     "MTP, head only": {"grammar_drafts": False},
     "MTP, grammar-aware (default)": {},
 }
+# Session options, then per-call options.
+SAMPLED_CONFIGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "plain": ({"draft_model": None, "n_draft": 0}, {}),
+    "MTP, argmax drafts": ({}, {"draft_temp": 0.0}),
+    "MTP, sampled drafts (default)": ({}, {}),
+}
 
 
 
-def workloads(model: Model, max_tokens: int) -> dict[str, list[tuple[str, GenerationOptions]]]:
+def workloads(model: Model, max_tokens: int, temp: float) -> dict[str, list[tuple[str, GenerationOptions]]]:
     """(prompt, options) per workload."""
-    base = GenerationOptions(max_tokens=max_tokens, temp=0.0)
+    base = GenerationOptions(max_tokens=max_tokens, temp=temp)
     chat = chat_format(model)
     tool_calls = []
     for question in TOOL_QUESTIONS:
@@ -88,10 +99,17 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--temp", type=float, default=0.0)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args()
     model = Model.load(default_model_path())
-    loads = workloads(model, args.max_tokens)
+    loads = workloads(model, args.max_tokens, args.temp)
+    if args.temp > 0:
+        configs = SAMPLED_CONFIGS
+        second, stem = "MTP, argmax drafts", f"structured_speed_t{args.temp:g}"
+    else:
+        configs = {name: (opts, {}) for name, opts in GREEDY_CONFIGS.items()}
+        second, stem = "MTP, head only", "structured_speed"
     speed: dict[tuple[str, str], list[float]] = {}
     totals: dict[tuple[str, str], dict[str, float]] = {}
     outputs: dict[tuple[str, str], list[str]] = {}
@@ -99,12 +117,13 @@ def main() -> int:
         for load, items in loads.items():
             # Fresh sessions per workload: what the automatic length learns under one workload's
             # grammar is not carried into the next.
-            sessions = {name: MTP(model, n_threads=args.threads, **opts) for name, opts in CONFIGS.items()}
-            rep_tokens = dict.fromkeys(CONFIGS, 0)
-            rep_us = dict.fromkeys(CONFIGS, 0)
-            for prompt, options in items:
+            sessions = {name: MTP(model, n_threads=args.threads, **opts) for name, (opts, _) in configs.items()}
+            rep_tokens = dict.fromkeys(configs, 0)
+            rep_us = dict.fromkeys(configs, 0)
+            for seed, (prompt, options) in enumerate(items):
                 for name, session in sessions.items():
-                    text = session.generate(prompt, options=options)
+                    call = dataclasses.replace(options, seed=seed, **configs[name][1])
+                    text = session.generate(prompt, options=call)
                     key = (load, name)
                     if rep == 0:
                         outputs.setdefault(key, []).append(text)
@@ -120,28 +139,30 @@ def main() -> int:
                     t["drafts"] += st.drafts_generated - st.drafts_forced
                     t["ok"] += st.drafts_accepted - st.drafts_forced_accepted
             if rep > 0:
-                for name in CONFIGS:
+                for name in configs:
                     speed.setdefault((load, name), []).append(rep_tokens[name] * 1e6 / rep_us[name])
             for session in sessions.values():
                 session.close()
     for load, items in loads.items():
-        for name in CONFIGS:
-            assert outputs[(load, name)] == outputs[(load, "plain")], f"{load}: {name} differs from plain decoding"
+        for name in configs:
+            if args.temp == 0 or name == second:
+                assert outputs[(load, name)] == outputs[(load, "plain")], f"{load}: {name} differs from plain decoding"
         for text, (_, options) in zip(outputs[(load, "plain")], items):
-            if options.grammar is not None:
+            if options.grammar is not None and args.temp == 0:
                 json.loads(text)
 
+    sampling = f"temperature {args.temp:g}, seed = call index" if args.temp > 0 else "greedy"
     header = (f"Built-in model ({model.path.name}), {args.threads} thread(s), "
-              f"{', '.join(f'{len(v)} {k}' for k, v in loads.items())}, {args.max_tokens} tokens max, greedy; "
+              f"{', '.join(f'{len(v)} {k}' for k, v in loads.items())}, {args.max_tokens} tokens max, {sampling}; "
               f"tokens/s of each repetition's calls together, median (min-max) of {args.reps} interleaved "
               f"repetitions; CPU: {cpu_name()}")
-    lines = [header, "", "| workload | configuration | tokens/s (min-max) | x plain | x head only | tokens / verify | "
+    lines = [header, "", f"| workload | configuration | tokens/s (min-max) | x plain | x {second.removeprefix('MTP, ')} | tokens / verify | "
              "forced drafts (accepted) | head drafts (accepted) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     rows = []
     for load in loads:
         base = statistics.median(speed[(load, "plain")])
-        head = statistics.median(speed[(load, "MTP, head only")])
-        for name in CONFIGS:
+        head = statistics.median(speed[(load, second)])
+        for name in configs:
             tps = statistics.median(speed[(load, name)])
             t = totals[(load, name)]
             row = {"workload": load, "config": name, "tokens_per_sec": tps, "tokens_per_sec_reps": speed[(load, name)],
@@ -150,13 +171,14 @@ def main() -> int:
             lo, hi = min(speed[(load, name)]), max(speed[(load, name)])
             lines.append(f"| {load} | {name} | {tps:.1f} ({lo:.1f}-{hi:.1f}) | {tps / base:.3f} | {tps / head:.3f} | "
                          f"{row['tokens_per_verify']:.2f} | {t['forced']:.0f} ({t['forced_ok']:.0f}) | {t['drafts']:.0f} ({t['ok']:.0f}) |")
-    lines += ["", "First tool call (identical in every configuration): `" + outputs[("tool calls", "plain")][0] + "`",
+    same = "identical in every configuration" if args.temp == 0 else "plain decoding's"
+    lines += ["", f"First tool call ({same}): `" + outputs[("tool calls", "plain")][0] + "`",
               "First JSON answer: `" + outputs[("JSON schema", "plain")][0] + "`"]
     text = "\n".join(lines)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "structured_speed.md").write_text(text + "\n")
-    (args.out / "structured_speed.json").write_text(json.dumps({"header": header, "rows": rows}, indent=2) + "\n")
+    (args.out / f"{stem}.md").write_text(text + "\n")
+    (args.out / f"{stem}.json").write_text(json.dumps({"header": header, "rows": rows}, indent=2) + "\n")
     return 0
 
 

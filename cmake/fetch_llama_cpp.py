@@ -79,6 +79,7 @@ PATCHES: dict[str, str] = {
     "0022-avx-only-exact-columns.patch": "33b04d5c5df89e2626bab5c5ecb00d25f9434d4b3e4b9c7b9ded6874e3d98d10",
     "0023-arm-exact-wide-verify.patch": "2592a3812f48fc3ec0ad9b978460d019464aa2e6181146a39af436d0d4edb303",
     "0024-jinja-render-limits.patch": "e473bdb2ab971f50408c06bca82889b4861ed5c8b0c624fc7b1d77be1f20d3e1",
+    "0025-mtp-draft-pick-hook.patch": "392bd1683168497c0eb99b263ceab8c217d2fe330b02f0f5cfc3ea9d9baaa93b",
 }
 STAMP = ".mtp_llm_patches"
 

@@ -278,11 +278,12 @@ int32_t MtpDrafter::draft(const std::vector<Request> & requests) {
             const int32_t row = s.row;
             s.row = -1;
             const float * logits = llama_get_logits_ith(head_, row);
-            const llama_token id = r.grammar    ? r.grammar->best_allowed(logits, n_vocab_)
-                                   : r.sampling ? sample(logits, *r.sampling)
-                                                : (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
+            const llama_token id =
+                r.sampling  ? sampler_.sample(logits, nullptr, n_vocab_, n_vocab_, *r.sampling, r.grammar)
+                : r.grammar ? r.grammar->best_allowed(logits, n_vocab_)
+                            : (llama_token) (std::max_element(logits, logits + n_vocab_) - logits);
             if (id < 0 || (confidence_ && draft_probability(row) < p_min_)) {
-                if (r.sampling && !r.grammar) {
+                if (r.sampling) {
                     r.sampling->q->pop_back();  // the head's row of a token not drafted
                 }
                 continue;
@@ -356,12 +357,16 @@ int32_t MtpDrafter::accept(llama_seq_id seq, const common_batch & verify_batch, 
     return s.pending_tokens.size() >= pending_limit_ ? flush(seq) : 0;
 }
 
-llama_token MtpDrafter::sample(const float * logits, const Sampling & sampling) {
+llama_token HeadSampler::sample(const float * logits, const llama_token * ids, int32_t n, int32_t n_vocab,
+                                const HeadSampling & sampling, DraftGrammar * grammar) {
     // The tokens the target's truncation would keep of the head's logits, most likely first.
     kept_.clear();
-    for (int32_t i = 0; i < n_vocab_; ++i) {
-        if (logits[i] > -INFINITY) {  // a trimmed head's other rows are -inf
-            kept_.emplace_back(logits[i], i);
+    float top = -INFINITY;
+    for (int32_t i = 0; i < n; ++i) {
+        const llama_token id = ids ? ids[i] : i;
+        if (logits[i] > -INFINITY && id >= 0 && id < n_vocab) {  // a trimmed head's other rows are -inf
+            kept_.emplace_back(logits[i], id);
+            top = std::max(top, logits[i]);
         }
     }
     auto by_logit = [](const auto & a, const auto & b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
@@ -391,16 +396,26 @@ llama_token MtpDrafter::sample(const float * logits, const Sampling & sampling) 
         }
         kept_.resize(n);
     }
-    sampling.q->emplace_back((size_t) n_vocab_, 0.0f);
+    if (grammar) {
+        // q covers the tokens the grammar allows among the head's best (at most kFullCheck checked).
+        if (kept_.size() > (size_t) DraftGrammar::kFullCheck) {
+            std::partial_sort(kept_.begin(), kept_.begin() + DraftGrammar::kFullCheck, kept_.end(), by_logit);
+            kept_.resize((size_t) DraftGrammar::kFullCheck);
+        }
+        kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [&](const auto & c) { return !grammar->allows(c.second); }),
+                    kept_.end());
+        top = -INFINITY;
+        for (const auto & c : kept_) top = std::max(top, c.first);
+    }
+    sampling.q->emplace_back((size_t) n_vocab, 0.0f);
     std::vector<float> & q = sampling.q->back();
     if (kept_.empty()) {
         return -1;
     }
-    const double top = *std::max_element(logits, logits + n_vocab_);
     const double inv = 1.0 / (double) sampling.temp;
     double sum = 0.0;
     for (const auto & [logit, id] : kept_) {
-        const double w = std::exp(((double) logit - top) * inv);
+        const double w = std::exp(((double) logit - (double) top) * inv);
         q[(size_t) id] = (float) w;
         sum += w;
     }

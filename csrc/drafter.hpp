@@ -22,6 +22,38 @@ namespace mtp {
 
 class DraftGrammar;
 
+// How a draft is sampled from the head for verification by rejection: from softmax(logits / temp)
+// over the tokens the target's truncation keeps, with the probabilities appended to `q` (one
+// vocabulary-sized row per drafted token).
+struct HeadSampling {
+    float temp;
+    std::mt19937_64 * rng;
+    std::vector<std::vector<float>> * q;
+    // The target's truncation, applied to the head's logits as the target's chain applies it
+    // (top-k, then top-p and min-p on the untempered softmax), so that q covers what p covers.
+    int32_t top_k = 0;
+    float top_p = 1.0f;
+    float min_p = 0.0f;
+};
+
+// Draws drafts as HeadSampling says; shared by both drivers (fused_head.cpp, upstream_head.cpp).
+class HeadSampler {
+public:
+    // A token sampled from the head's `logits` (-inf rows, a trimmed head's other tokens, are
+    // never drawn); its q row (n_vocab wide) is appended. -1 when truncation keeps nothing.
+    // `ids`: the tokens of the n logits where the row holds candidates only (a backend sampler's
+    // top k); null: the row is the whole vocabulary (n = n_vocab). `grammar`: only the tokens it
+    // allows are drawn (q is the head's distribution over them).
+    llama_token sample(const float * logits, const llama_token * ids, int32_t n, int32_t n_vocab,
+                       const HeadSampling & sampling, DraftGrammar * grammar = nullptr);
+    llama_token sample(const float * logits, int32_t n_vocab, const HeadSampling & sampling) {
+        return sample(logits, nullptr, n_vocab, n_vocab, sampling);
+    }
+
+private:
+    std::vector<std::pair<float, llama_token>> kept_;  // scratch: the tokens truncation keeps
+};
+
 class MtpDrafter {
 public:
     // n_seq: the sequences the contexts hold (one per parallel slot). p_min: stop
@@ -52,20 +84,9 @@ public:
     // With a `grammar` (the call's, copied at its current state), each drafted token is the
     // head's best among those the grammar allows, and text the grammar forces after a drafted
     // token is appended as is (up to `room` tokens in all; counted in `n_forced`), which ends
-    // the draft. With a `sampling` (and no grammar), each drafted token is sampled from the
-    // head's softmax(logits / temp), whose probabilities are appended to `sampling->q` (one
-    // vocabulary-sized row per drafted token), for verification by rejection; otherwise each is
-    // the head's argmax.
-    struct Sampling {
-        float temp;
-        std::mt19937_64 * rng;
-        std::vector<std::vector<float>> * q;
-        // The target's truncation, applied to the head's logits as the target's chain applies it
-        // (top-k, then top-p and min-p on the untempered softmax), so that q covers what p covers.
-        int32_t top_k = 0;
-        float top_p = 1.0f;
-        float min_p = 0.0f;
-    };
+    // the draft. With a `sampling`, each drafted token is sampled from the head (HeadSampling;
+    // among the tokens the grammar allows, if any); otherwise each is the head's argmax.
+    using Sampling = HeadSampling;
     struct Request {
         llama_seq_id seq;
         llama_token id_last;
@@ -128,9 +149,7 @@ private:
     void add_pending(llama_seq_id seq, size_t first, size_t end);  // pending rows [first, end) into batch_
     int32_t flush(llama_seq_id seq);  // decodes the sequence's pending rows into the head (batches of n_batch)
     float draft_probability(int32_t row);  // the drafted token's probability as llama.cpp's driver sees it
-    // A token sampled from softmax(logits / temp); its probabilities are appended to `q`.
-    llama_token sample(const float * logits, const Sampling & sampling);
-    std::vector<std::pair<float, llama_token>> kept_;  // sample()'s scratch: the tokens truncation keeps
+    HeadSampler sampler_;
     int32_t decode_padded();  // decodes batch_, then takes its padding rows out of the head's cache
 
     llama_context * target_;

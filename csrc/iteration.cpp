@@ -362,9 +362,13 @@ void Session::sample(Slot & s) {
     for (size_t i = 0; i < sample_rows_.size(); ++i) {
         sample_rows_[i] = r.first_row + (int) i;
     }
-    r.ids = s.call.draft_temp > 0.0f && !r.is_replay && !r.draft_tokens.empty()
-                ? sample_by_rejection(s)
-                : common_sampler_sample_and_accept_n(s.call.sampler.get(), ctx_tgt_.get(), sample_rows_, r.draft_tokens);
+    if (s.call.draft_temp > 0.0f && r.is_replay) {
+        r.ids = replay_decided(s);
+    } else if (s.call.draft_temp > 0.0f && !r.draft_tokens.empty()) {
+        r.ids = sample_by_rejection(s);
+    } else {
+        r.ids = common_sampler_sample_and_accept_n(s.call.sampler.get(), ctx_tgt_.get(), sample_rows_, r.draft_tokens);
+    }
     r.must_restore = checkpoints_target() && r.ids.size() - 1 < r.draft_tokens.size();
     r.logprobs.clear();
     if (s.call.logprobs) {
@@ -378,12 +382,13 @@ void Session::sample(Slot & s) {
 }
 
 // Exact speculative sampling (Leviathan et al. 2023, Chen et al. 2023) along drafts the head sampled
-// from q (round.draft_q; a draft without a row, forced text, has q = 1): at each row the target's
-// sampler chain gives p, the distribution it samples from in plain decoding (penalties, top-k/p,
-// min-p, temperature); the draft x is accepted with probability min(1, p(x) / q(x)), else the
-// row's token is drawn from max(0, p - q) normalised and the draft ends; after the last accepted
-// draft the next row's token is drawn from p. Each output token so follows p, as in plain
-// decoding, and a draft is accepted with probability sum(min(p, q)).
+// from q (round.draft_q; a draft without a row, forced text, has q = 1): at each row p is the
+// distribution the target's sampler draws from in plain decoding (TargetDistribution: penalties,
+// top-k/p, min-p, temperature, a grammar); the draft x is accepted with probability
+// min(1, p(x) / q(x)), else the row's token is drawn from max(0, p - q) normalised and the draft
+// ends; after the last accepted draft the next row's token is drawn by the sampler itself. Each
+// output token so follows p, as in plain decoding, and a draft is accepted with probability
+// sum(min(p, q)).
 std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
     Slot::Round & r = s.round;
     common_sampler * sampler = s.call.sampler.get();
@@ -391,16 +396,15 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::vector<llama_token> ids;
     ids.reserve(r.draft_tokens.size() + 1);
+    target_p_.begin(sampler, s.call.has_grammar);
     for (size_t i = 0; i < r.draft_tokens.size(); ++i) {
-        // The chain's draw is not used: its distribution is (the candidates' p, left by its last stage).
-        common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_[i], false);
-        const llama_token_data_array * p = common_sampler_get_candidates(sampler, false);
+        const std::vector<std::pair<llama_token, double>> & p = target_p_.at(ctx_tgt_.get(), sample_rows_[i]);
         const llama_token x = r.draft_tokens[i];
         const float * q = i < r.draft_q.size() ? r.draft_q[i].data() : nullptr;
         double px = 0.0;
-        for (size_t k = 0; k < p->size; ++k) {
-            if (p->data[k].id == x) {
-                px = p->data[k].p;
+        for (const auto & [id, pv] : p) {
+            if (id == x) {
+                px = pv;
                 break;
             }
         }
@@ -409,19 +413,19 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
         if (!(uniform(rng) * qx < px)) {
             // Rejected: the residual max(0, p - q) (without x when q is a point mass).
             double total = 0.0;
-            residual_.resize(p->size);
-            for (size_t k = 0; k < p->size; ++k) {
-                const llama_token v = p->data[k].id;
+            residual_.resize(p.size());
+            for (size_t k = 0; k < p.size(); ++k) {
+                const llama_token v = p[k].first;
                 const double qv = q ? (double) q[v] : (v == x ? 1.0 : 0.0);
-                residual_[k] = std::max(0.0, (double) p->data[k].p - qv);
+                residual_[k] = std::max(0.0, p[k].second - qv);
                 total += residual_[k];
             }
-            id = p->data[0].id;
+            id = p.empty() ? x : p.front().first;
             if (total > 0.0) {
                 double u = uniform(rng) * total;
-                for (size_t k = 0; k < p->size; ++k) {
+                for (size_t k = 0; k < p.size(); ++k) {
                     if (residual_[k] > 0.0) {
-                        id = p->data[k].id;
+                        id = p[k].first;
                         u -= residual_[k];
                         if (u < 0.0) {
                             break;
@@ -431,9 +435,31 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
             }
         }
         common_sampler_accept(sampler, id, true);
+        target_p_.accept(id);
         ids.push_back(id);
         if (id != x || target_->is_eog(id)) {
             return ids;  // a rejection, or an accepted end of generation (nothing follows it)
+        }
+    }
+    const llama_token id = common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_.back(), false);
+    common_sampler_accept(sampler, id, true);
+    ids.push_back(id);
+    return ids;
+}
+
+// A replay after verification by rejection: its tokens were decided by the round it repeats (the
+// accepted drafts and the row's draw), so they are taken as they are, then one token is drawn from
+// p after them. Sampling them again would compare fresh draws with draws of another procedure.
+std::vector<llama_token> Session::replay_decided(Slot & s) {
+    Slot::Round & r = s.round;
+    common_sampler * sampler = s.call.sampler.get();
+    std::vector<llama_token> ids;
+    ids.reserve(r.draft_tokens.size() + 1);
+    for (const llama_token id : r.draft_tokens) {
+        common_sampler_accept(sampler, id, true);
+        ids.push_back(id);
+        if (target_->is_eog(id)) {
+            return ids;
         }
     }
     const llama_token id = common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_.back(), false);

@@ -235,10 +235,13 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
     try {
         s.call.sampler = std::move(sampler);
         s.call.has_grammar = has_grammar;
-        // Exact speculative sampling where the target samples without a grammar (whose masking
-        // after sampling has no closed-form distribution to verify against).
-        // A target that replays accepted drafts after a checkpoint restore keeps the head's argmax.
-        s.call.draft_temp = source_ && g.sampling.temp > 0.0f && !has_grammar && !checkpoints_target()
+        // Exact speculative sampling wherever the target's distribution is known (TargetDistribution):
+        // not under a grammar whose reasoning budget also steers the sampler.
+        const bool reasoning_steers = !sampling.reasoning_budget_start.empty() &&
+                                      !sampling.reasoning_budget_end.empty() &&
+                                      (sampling.grammar_lazy || sampling.reasoning_budget_tokens >= 0 ||
+                                       sampling.reasoning_control);
+        s.call.draft_temp = source_ && g.sampling.temp > 0.0f && !(has_grammar && reasoning_steers)
                                 ? g.draft_temp.value_or(g.sampling.temp)
                                 : 0.0f;
         s.call.draft_top_k = g.sampling.top_k;

@@ -27,6 +27,7 @@
 #include "prompt_cache.hpp"
 #include "runtime.hpp"
 #include "slot.hpp"
+#include "target_distribution.hpp"
 #include "thread_controller.hpp"
 
 namespace mtp {
@@ -128,6 +129,7 @@ private:
     void verify(std::vector<Slot *> & slots);
     void sample(Slot & s);
     std::vector<llama_token> sample_by_rejection(Slot & s);
+    std::vector<llama_token> replay_decided(Slot & s);
     void restore_checkpoint(Slot & s);
     void commit(Slot & s, size_t n_accepted, StepResult & out);
     void commit_tokens(Slot & s, const std::vector<llama_token> & ids, StepResult & out);
@@ -155,7 +157,8 @@ private:
     // A round's scratch, kept to allocate nothing per step.
     std::vector<Slot *> round_prompting_, round_generating_;
     std::vector<int> sample_rows_;
-    std::vector<double> residual_;  // sample_by_rejection's scratch
+    TargetDistribution target_p_;   // sample_by_rejection's p
+    std::vector<double> residual_;  // and its residual
     std::vector<std::pair<llama_seq_id, int32_t>> round_segments_;  // the verify's (sequence, rows)
     DecodePadding padding_;  // the verify's padding rows
     // Verify batches are padded to one pass (padding.hpp): pads_shared_decodes, and a head, if

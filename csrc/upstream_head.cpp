@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "draft_source.hpp"
+#include "drafter.hpp"
 #include "errors.hpp"
 #include "log.h"
 #include "runtime.hpp"
@@ -16,7 +17,9 @@ class UpstreamHead final : public DraftSource {
 public:
     UpstreamHead(llama_context * target, llama_context * head, Rollback rollback, const ContextOptions & opts)
         : target_(target), head_(head), rollback_(rollback), accepted_batch_(target),
-          stale_((size_t) opts.n_parallel, false), head_may_lag_(opts.n_parallel == 1) {
+          stale_((size_t) opts.n_parallel, false), samplings_((size_t) opts.n_parallel),
+          n_vocab_(llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(head)))),
+          head_may_lag_(opts.n_parallel == 1) {
         params_.types = {COMMON_SPECULATIVE_TYPE_DRAFT_MTP};
         params_.draft.n_max = longest_draft(opts);
         params_.draft.n_min = 0;
@@ -78,6 +81,24 @@ public:
             dp.id_last = s->cache.id_last;
             dp.prompt = &s->cache.tokens;
             dp.result = &s->round.draft_tokens;
+            dp.pick = nullptr;
+            s->round.draft_q.clear();
+            if (s->call.draft_temp > 0.0f) {
+                // Drafts sampled from the head (patch 0025's hook), as the fused driver samples them.
+                HeadSampling & sampling = samplings_[s->seq];
+                sampling = {s->call.draft_temp, &s->call.rng, &s->round.draft_q, s->call.draft_top_k,
+                            s->call.draft_top_p, s->call.draft_min_p};
+                dp.pick = [this, &sampling](llama_context * head, int32_t row) {
+                    // A backend sampler leaves the head's top candidates only: q covers those.
+                    const llama_token * ids = llama_get_sampled_candidates_ith(head, row);
+                    const int32_t n = ids ? (int32_t) llama_get_sampled_logits_count_ith(head, row) : n_vocab_;
+                    const llama_token id = sampler_.sample(llama_get_logits_ith(head, row), ids, n, n_vocab_, sampling);
+                    if (id < 0) {
+                        sampling.q->pop_back();  // truncation kept nothing: the draft ends
+                    }
+                    return id < 0 ? LLAMA_TOKEN_NULL : id;
+                };
+            }
             ++n_drafting;
         }
         if (n_drafting == 0) {
@@ -93,6 +114,9 @@ public:
             s->round.counters.t_draft_us += share;
             if ((int32_t) s->round.draft_tokens.size() > s->round.n_max) {
                 s->round.draft_tokens.resize(s->round.n_max);
+            }
+            if (s->round.draft_q.size() > s->round.draft_tokens.size()) {
+                s->round.draft_q.resize(s->round.draft_tokens.size());
             }
             // The head's draft-time rows go (and its checkpointed state comes back).
             ScopedTimer timer(rollback_.checkpoints_head() ? s->round.counters.t_ckpt_us : s->round.counters.t_draft_us);
@@ -193,6 +217,9 @@ private:
     common_speculative_ptr spec_;
     common_batch accepted_batch_;  // the verify batch's accepted prefix (one slot)
     std::vector<bool> stale_;      // per sequence: the head skipped rows (plain stretch)
+    std::vector<HeadSampling> samplings_;  // per sequence: how this round's drafts are sampled
+    HeadSampler sampler_;
+    const int32_t n_vocab_;
     const bool head_may_lag_;
 };
 

@@ -86,19 +86,25 @@ def sampling_model(tiny_paths: dict[str, Path]) -> Model:
 
 
 @pytest.mark.parametrize(
-    ("n_draft", "options"),
+    ("n_draft", "options", "driver"),
     [
-        (1, {"temp": 0.8, "draft_temp": 3.0}),
-        (3, {"temp": 0.8, "draft_temp": 3.0}),
-        (3, {"temp": 1.0, "draft_temp": 3.0}),
-        (3, {"temp": 1.0}),
-        (3, {"temp": 0.8, "draft_temp": 3.0, "top_k": 3, "top_p": 0.95, "min_p": 0.05}),
+        (1, {"temp": 0.8, "draft_temp": 3.0}, "fused"),
+        (3, {"temp": 0.8, "draft_temp": 3.0}, "fused"),
+        (3, {"temp": 1.0, "draft_temp": 3.0}, "fused"),
+        (3, {"temp": 1.0}, "fused"),
+        (3, {"temp": 0.8, "draft_temp": 3.0, "top_k": 3, "top_p": 0.95, "min_p": 0.05}, "fused"),
+        (1, {"temp": 0.8, "draft_temp": 3.0}, "upstream"),
+        (3, {"temp": 1.0, "draft_temp": 3.0}, "upstream"),
     ],
-    ids=["n1-t0.8", "n3-t0.8", "n3-t1.0", "n3-t1.0-head-at-temp", "n3-t0.8-truncated"],
+    ids=["n1-t0.8", "n3-t0.8", "n3-t1.0", "n3-t1.0-head-at-temp", "n3-t0.8-truncated", "llama.cpp-driver-n1-t0.8",
+         "llama.cpp-driver-n3-t1.0"],
 )
-def test_rejection_sampling_follows_the_target_distribution(sampling_model: Model, n_draft: int, options: dict) -> None:
+def test_rejection_sampling_follows_the_target_distribution(
+    sampling_model: Model, n_draft: int, options: dict, driver: str
+) -> None:
     opts = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, **options}
-    session = make_session(sampling_model, n_draft=n_draft)
+    session = make_session(sampling_model, n_draft=n_draft, fuse_catch_up=driver == "fused")
+    assert session.mtp_driver == driver
     joint = sample_pairs(session, opts, range(GENERATIONS))
     p = target_distribution(
         sampling_model, float(opts["temp"]), int(opts["top_k"]), float(opts["top_p"]), float(opts["min_p"])  # type: ignore[arg-type]
@@ -106,13 +112,16 @@ def test_rejection_sampling_follows_the_target_distribution(sampling_model: Mode
     check(joint, p)
     stats = session.stats()
     assert stats.drafts_generated > 0
-    if options.get("draft_temp") == 3.0 and "top_k" not in options:
-        # A flat q: many rejections, each drawing the row's token from the residual.
+    if options.get("draft_temp") == 3.0 and "top_k" not in options and driver == "fused":
+        # A flat q: many rejections, each drawing the row's token from the residual. (llama.cpp's
+        # driver samples among the head's top 10, which its backend sampler keeps: a less flat q.)
         assert stats.acceptance_rate < 0.45, stats.acceptance_rate
 
 
-def test_rejection_sampling_in_parallel_slots(sampling_model: Model) -> None:
-    session = make_session(sampling_model, n_draft=3, n_parallel=2, n_ctx=1024)
+@pytest.mark.parametrize("driver", ["fused", "upstream"])
+def test_rejection_sampling_in_parallel_slots(sampling_model: Model, driver: str) -> None:
+    session = make_session(sampling_model, n_draft=3, n_parallel=2, n_ctx=1024, fuse_catch_up=driver == "fused")
+    assert session.mtp_driver == driver
     opts = {"temp": 1.0, "draft_temp": 3.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
     halves: list[np.ndarray] = []
 
@@ -160,3 +169,85 @@ def test_rejection_sampling_with_a_trimmed_head(tiny_paths: dict[str, Path], tmp
     opts = {"temp": 1.0, "draft_temp": 3.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
     check(sample_pairs(session, opts, range(GENERATIONS)), target_distribution(sampling_model, 1.0))
     assert session.stats().draft_vocab_size == 40 and session.stats().drafts_generated > 0
+
+
+def test_rejection_sampling_on_a_checkpointed_target(tiny_paths: dict[str, Path]) -> None:
+    """A recurrent target rolls a partial acceptance back by restoring a checkpoint and verifying the
+    decided tokens again (a replay): the output keeps plain decoding's distribution. Two samples (plain,
+    MTP) of the random hybrid model, binned by its most frequent tokens, tested for homogeneity."""
+    hybrid = Model.load(tiny_paths["hybrid"])
+    opts = {"temp": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "max_tokens": TOKENS}
+    prompt = "Hello"
+
+    def ids(session: MTP, seed: int) -> list[int]:
+        return [e.id for e in session.stream_events(prompt, seed=seed, **opts) if isinstance(e, TokenEvent)]
+
+    plain = make_session(hybrid, n_draft=0)
+    spec = make_session(hybrid, n_draft=3, rollback="checkpoint")
+    assert spec.mtp_driver == "upstream"
+    plain_runs = [ids(plain, seed) for seed in range(GENERATIONS)]
+    spec_runs = [ids(spec, seed) for seed in range(GENERATIONS, 2 * GENERATIONS)]
+    frequent = np.bincount([i for run in plain_runs for i in run[1:]], minlength=hybrid.n_vocab).argsort()[::-1][:3]
+
+    def joint(runs: list[list[int]]) -> np.ndarray:
+        bins = {int(token): k for k, token in enumerate(frequent)}
+        out = np.zeros((4, 4), dtype=np.int64)
+        for run in runs:
+            for k in (1, 3):
+                if k + 1 < len(run):
+                    out[bins.get(run[k], 3), bins.get(run[k + 1], 3)] += 1
+        return out.ravel()
+
+    table = np.stack([joint(plain_runs), joint(spec_runs)])
+    table = table[:, table.sum(0) > 0]
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    assert chi2 < CHI2_P01_DF15, (chi2, table)
+    stats = spec.stats()
+    assert stats.replays > 0 and 0 < stats.drafts_accepted < stats.drafts_generated, stats
+    # A replay commits the tokens its round decided: one replay for each rejected draft (one draft a
+    # round), never a second restore.
+    single = make_session(hybrid, n_draft=1, rollback="checkpoint")
+    for seed in range(200):
+        ids(single, seed)
+    stats = single.stats()
+    assert stats.replays == stats.drafts_generated - stats.drafts_accepted > 0, stats
+
+
+def test_rejection_sampling_under_a_grammar(sampling_model: Model) -> None:
+    """Under a grammar llama.cpp draws from the chain and, when the grammar rejects the draw, draws again
+    over the allowed tokens: P(x) = p(x) A(x) + (1 - sum p A) p_g(x). With top-k 2 that differs from the
+    chain over the allowed tokens alone: where the grammar allows [bc], p keeps {a, b} and p_g {b, c}.
+    Plain decoding and both drivers' rejection sampling give pairs (a [bc] letter, an [abc] letter)
+    distributed as P x P."""
+    grammar = "root ::= " + " ".join(["[bc] [abc]"] * 3)
+    opts = {"temp": 1.0, "top_k": 2, "top_p": 1.0, "min_p": 0.0, "max_tokens": 6, "grammar": grammar}
+    logits = forward_with_head(sampling_model, sampling_model.tokenize(PROMPT))["trunk_logits"][-1].astype(np.float64)
+    a, b, c = (float(np.exp(logits[t] - logits.max())) for t in SAMPLING_TOKENS)
+    p_b = b / (a + b)  # p over the top 2 {a, b}; the grammar allows b only
+    first = np.array([p_b + (1 - p_b) * b / (b + c), (1 - p_b) * c / (b + c)])  # P(b), P(c)
+    second = np.array([a / (a + b), b / (a + b)])  # all of {a, b} allowed: P = p
+    expected = np.outer(first, second).ravel()
+
+    def pairs(session: MTP, **extra: object) -> np.ndarray:
+        counts = np.zeros((2, 2), dtype=np.int64)
+        for seed in range(GENERATIONS):
+            ids = [e.id for e in session.stream_events(PROMPT, seed=seed, **opts, **extra) if isinstance(e, TokenEvent)]
+            assert len(ids) == 6, ids
+            for k in (0, 2, 4):
+                counts[SAMPLING_TOKENS.index(ids[k]) - 1, SAMPLING_TOKENS.index(ids[k + 1])] += 1
+        return counts.ravel()
+
+    for session, extra in [
+        (make_session(sampling_model, n_draft=0), {}),
+        (make_session(sampling_model, n_draft=1), {}),
+        (make_session(sampling_model, n_draft=3), {"draft_temp": 3.0}),
+        (make_session(sampling_model, n_draft=3, fuse_catch_up=False), {"draft_temp": 3.0}),
+    ]:
+        counts = pairs(session, **extra)
+        assert _chi_square(counts, expected) < CHI2_P01_DF3, (session.mtp_driver, counts, expected)
+        # Power: the chain over the allowed tokens alone (grammar first) would be seen.
+        grammar_first = np.outer([b / (b + c), c / (b + c)], second).ravel()
+        assert _chi_square(counts, grammar_first) > CHI2_P01_DF3, (counts, grammar_first)
+        if session.n_draft:
+            assert session.stats().drafts_generated > 0
