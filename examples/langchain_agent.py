@@ -35,7 +35,8 @@ def answer_after_a_tool_result(request: Any, handler: Any) -> Any:
     return handler(request)
 
 
-def main(question: str = "What is 12 times 7? Use the multiply tool.") -> dict:
+def main(question: str = "What is 12 times 7? Use the multiply tool.") -> tuple[dict, list[dict]]:
+    """Runs the agent; returns its final state and each model call's stats."""
     chat = ChatMTP(model_path=os.environ.get("MTP_LLM_MODEL"), temperature=0, max_tokens=96)
     agent = create_agent(
         chat,
@@ -49,8 +50,8 @@ def main(question: str = "What is 12 times 7? Use the multiply tool.") -> dict:
         print(f"{type(message).__name__}: {calls if calls else message.content}")
     for i, call in enumerate(stats.calls, 1):
         print(f"model call {i}: {call['tokens_emitted']} tokens, acceptance {call['acceptance_rate']:.0%}, "
-              f"prompt tokens reused from the cache {call['prompt_tokens_cached']}")
-    return state
+              f"prompt tokens reused from the cache {call['prompt_tokens_cached']} of {call['prompt_tokens']}")
+    return state, stats.calls
 
 
 if __name__ == "__main__":

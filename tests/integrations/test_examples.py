@@ -41,7 +41,7 @@ def test_langchain_streaming_chat(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_langchain_agent_calls_the_tool_then_answers(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("langchain.agents")
-    state = load("langchain_agent").main()
+    state, calls = load("langchain_agent").main()
     kinds = [type(m).__name__ for m in state["messages"]]
     assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
     call = state["messages"][1].tool_calls[0]
@@ -49,6 +49,12 @@ def test_langchain_agent_calls_the_tool_then_answers(capsys: pytest.CaptureFixtu
     assert state["messages"][2].content == "84"
     # the bounded loop ends with words, not another call (a 135M model's answer: "12 * 7")
     assert state["messages"][3].content and not state["messages"][3].tool_calls
+    # The answering call reuses its prompt from the cache: the calling call's prompt and its tool call as
+    # generated (tool_choice="none" keeps the tools in the prompt), all but the end-of-generation token
+    # (sampled, never decoded); what is left is the tool's result and the turn markers. (150 of 163.)
+    calling, answering = calls
+    assert answering["prompt_tokens_cached"] == calling["prompt_tokens"] + calling["tokens_emitted"] - 1
+    assert answering["prompt_tokens_cached"] >= 0.9 * answering["prompt_tokens"], answering
 
 
 def test_llamaindex_rag_retrieves_and_answers(capsys: pytest.CaptureFixture[str]) -> None:
