@@ -370,6 +370,16 @@ llama_token HeadSampler::sample(const float * logits, const llama_token * ids, i
         }
     }
     auto by_logit = [](const auto & a, const auto & b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    if (grammar) {
+        // The target draws among the tokens the grammar allows (TargetDistribution): q is the head's
+        // distribution over the allowed ones among its best kGrammarScan, truncated as below.
+        const size_t m = std::min(kept_.size(), (size_t) kGrammarScan);
+        std::partial_sort(kept_.begin(), kept_.begin() + m, kept_.end(), by_logit);
+        kept_.resize(m);
+        kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [&](const auto & c) { return !grammar->allows(c.second); }),
+                    kept_.end());
+        top = kept_.empty() ? -INFINITY : kept_.front().first;
+    }
     if (sampling.top_k > 0 && (size_t) sampling.top_k < kept_.size()) {
         std::partial_sort(kept_.begin(), kept_.begin() + sampling.top_k, kept_.end(), by_logit);
         kept_.resize((size_t) sampling.top_k);
@@ -395,17 +405,6 @@ llama_token HeadSampler::sample(const float * logits, const llama_token * ids, i
             }
         }
         kept_.resize(n);
-    }
-    if (grammar) {
-        // q covers the tokens the grammar allows among the head's best (at most kFullCheck checked).
-        if (kept_.size() > (size_t) DraftGrammar::kFullCheck) {
-            std::partial_sort(kept_.begin(), kept_.begin() + DraftGrammar::kFullCheck, kept_.end(), by_logit);
-            kept_.resize((size_t) DraftGrammar::kFullCheck);
-        }
-        kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [&](const auto & c) { return !grammar->allows(c.second); }),
-                    kept_.end());
-        top = -INFINITY;
-        for (const auto & c : kept_) top = std::max(top, c.first);
     }
     sampling.q->emplace_back((size_t) n_vocab, 0.0f);
     std::vector<float> & q = sampling.q->back();

@@ -43,12 +43,15 @@ public:
     // never drawn); its q row (n_vocab wide) is appended. -1 when truncation keeps nothing.
     // `ids`: the tokens of the n logits where the row holds candidates only (a backend sampler's
     // top k); null: the row is the whole vocabulary (n = n_vocab). `grammar`: only the tokens it
-    // allows are drawn (q is the head's distribution over them).
+    // allows among the head's best kGrammarScan are drawn (q is the head's distribution over them).
     llama_token sample(const float * logits, const llama_token * ids, int32_t n, int32_t n_vocab,
                        const HeadSampling & sampling, DraftGrammar * grammar = nullptr);
     llama_token sample(const float * logits, int32_t n_vocab, const HeadSampling & sampling) {
         return sample(logits, nullptr, n_vocab, n_vocab, sampling);
     }
+
+    // Under a grammar, the head's best tokens checked against it.
+    static constexpr int32_t kGrammarScan = 128;
 
 private:
     std::vector<std::pair<float, llama_token>> kept_;  // scratch: the tokens truncation keeps

@@ -382,13 +382,13 @@ void Session::sample(Slot & s) {
 }
 
 // Exact speculative sampling (Leviathan et al. 2023, Chen et al. 2023) along drafts the head sampled
-// from q (round.draft_q; a draft without a row, forced text, has q = 1): at each row p is the
-// distribution the target's sampler draws from in plain decoding (TargetDistribution: penalties,
-// top-k/p, min-p, temperature, a grammar); the draft x is accepted with probability
-// min(1, p(x) / q(x)), else the row's token is drawn from max(0, p - q) normalised and the draft
-// ends; after the last accepted draft the next row's token is drawn by the sampler itself. Each
-// output token so follows p, as in plain decoding, and a draft is accepted with probability
-// sum(min(p, q)).
+// from q (round.draft_q): at each row p is the distribution the target's sampler draws from in plain
+// decoding (TargetDistribution: penalties, top-k/p, min-p, temperature, a grammar); the draft x is
+// accepted with probability min(1, p(x) / q(x)), else the row's token is drawn from max(0, p - q)
+// normalised and the draft ends. A draft without a q row (forced text: q = 1 at x) and the row
+// after the last accepted draft take the sampler's own draw, as in plain decoding (a draft equal to
+// it is accepted: with probability p(x), which is what rejection gives for q = 1, at a plain draw's
+// cost). Each output token so follows p, and a draft is accepted with probability sum(min(p, q)).
 std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
     Slot::Round & r = s.round;
     common_sampler * sampler = s.call.sampler.get();
@@ -396,11 +396,22 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::vector<llama_token> ids;
     ids.reserve(r.draft_tokens.size() + 1);
-    target_p_.begin(sampler, s.call.has_grammar);
+    target_p_.begin(sampler, s.call.has_grammar && !r.draft_q.empty());
     for (size_t i = 0; i < r.draft_tokens.size(); ++i) {
-        const std::vector<std::pair<llama_token, double>> & p = target_p_.at(ctx_tgt_.get(), sample_rows_[i]);
         const llama_token x = r.draft_tokens[i];
-        const float * q = i < r.draft_q.size() ? r.draft_q[i].data() : nullptr;
+        if (i >= r.draft_q.size()) {
+            // Forced text (the drafts that follow it are forced too): the sampler's own draw.
+            const llama_token id = common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_[i], false);
+            common_sampler_accept(sampler, id, true);
+            target_p_.accept(id);
+            ids.push_back(id);
+            if (id != x || target_->is_eog(id)) {
+                return ids;
+            }
+            continue;
+        }
+        const std::vector<std::pair<llama_token, double>> & p = target_p_.at(ctx_tgt_.get(), sample_rows_[i]);
+        const float * q = r.draft_q[i].data();
         double px = 0.0;
         for (const auto & [id, pv] : p) {
             if (id == x) {
@@ -408,16 +419,13 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
                 break;
             }
         }
-        const double qx = q ? (double) q[x] : 1.0;
         llama_token id = x;
-        if (!(uniform(rng) * qx < px)) {
-            // Rejected: the residual max(0, p - q) (without x when q is a point mass).
+        if (!(uniform(rng) * (double) q[x] < px)) {
+            // Rejected: the residual max(0, p - q).
             double total = 0.0;
             residual_.resize(p.size());
             for (size_t k = 0; k < p.size(); ++k) {
-                const llama_token v = p[k].first;
-                const double qv = q ? (double) q[v] : (v == x ? 1.0 : 0.0);
-                residual_[k] = std::max(0.0, p[k].second - qv);
+                residual_[k] = std::max(0.0, p[k].second - (double) q[p[k].first]);
                 total += residual_[k];
             }
             id = p.empty() ? x : p.front().first;
