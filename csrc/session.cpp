@@ -211,7 +211,8 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
     clear_log();
     common_params_sampling sampling = to_common_params(g.sampling, target_->vocab());
     // The penalties' window is a ring buffer of penalty_last_n tokens: no call holds more than its slot.
-    sampling.penalty_last_n = std::min(sampling.penalty_last_n, n_ctx_slot());
+    // -1 is the whole context, as in llama.cpp's tools (its sampler reads -1 as 0, penalties off).
+    sampling.penalty_last_n = sampling.penalty_last_n < 0 ? n_ctx_slot() : std::min(sampling.penalty_last_n, n_ctx_slot());
     common_sampler_ptr sampler;
     try {
         sampler.reset(common_sampler_init(target_->get(), sampling));

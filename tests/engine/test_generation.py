@@ -291,3 +291,17 @@ def test_json_schema_grammar_output_always_parses(random_session: MTP) -> None:
     for prompt in PROMPTS:
         data = json.loads(random_session.generate(prompt, max_tokens=80, temp=0, grammar=grammar))
         assert set(data) == {"n", "ok"} and isinstance(data["n"], int) and isinstance(data["ok"], bool)
+
+
+def test_penalty_last_n_minus_one_is_the_whole_context(random_model: Model) -> None:
+    """-1 looks back on the slot's whole context, as llama.cpp's tools read it (its sampler alone reads
+    -1 as 0: penalties off)."""
+    session = make_session(random_model, n_draft=2, n_ctx=512)
+
+    def ids(last_n: int) -> list[int]:
+        opts = {"max_tokens": 40, "temp": 0, "repeat_penalty": 3.0, "penalty_last_n": last_n}
+        return [e.id for e in session.stream_events("Hello there", **opts) if isinstance(e, TokenEvent)]
+
+    whole = ids(-1)
+    assert whole == ids(512)
+    assert whole != ids(0)  # the random model repeats one token without penalties
