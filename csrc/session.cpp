@@ -49,7 +49,9 @@ void Session::create_contexts(const Model * head) {
     ctx_tgt_.reset(llama_init_from_model(target_->get(), cp));
     if (!ctx_tgt_) {
         fail(ErrorKind::ModelLoad, with_log("llama.cpp could not create the target context (n_ctx=" +
-                                            std::to_string(opts_.n_ctx) + ")"));
+                                            std::to_string(opts_.n_ctx) + "; the model was trained on " +
+                                            std::to_string(llama_model_n_ctx_train(target_->get())) +
+                                            "): lower n_ctx, whose KV cache must fit in memory"));
     }
     threads.attach(ctx_tgt_.get());
     if ((int32_t) llama_n_batch(ctx_tgt_.get()) < opts_.n_parallel * (n_draft + 1)) {

@@ -18,6 +18,8 @@ import pytest
 CASES: dict[str, tuple[str, str, str]] = {
     # name: (code using `paths`, `models` and helpers, expected class, message fragment)
     "missing file": ("Model.load(paths['dir'] / 'nope.gguf')", "ModelLoadError", "not found"),
+    "context beyond memory": ("MTP(Model.load(paths['random']), n_ctx=2**31 - 1, n_threads=1)", "ModelLoadError",
+                              "lower n_ctx"),
     "directory": ("Model.load(paths['dir'])", "ModelLoadError", "directory"),
     "empty file": ("Model.load(write(b''))", "ModelLoadError", "not a GGUF"),
     "not a gguf": ("Model.load(write(b'hello world, not a model'))", "ModelLoadError", "not a GGUF"),
