@@ -406,8 +406,7 @@ llama_token HeadSampler::sample(const float * logits, const llama_token * ids, i
         }
         kept_.resize(n);
     }
-    sampling.q->emplace_back((size_t) n_vocab, 0.0f);
-    std::vector<float> & q = sampling.q->back();
+    sampling.q->add_row();
     if (kept_.empty()) {
         return -1;
     }
@@ -415,20 +414,22 @@ llama_token HeadSampler::sample(const float * logits, const llama_token * ids, i
     double sum = 0.0;
     for (const auto & [logit, id] : kept_) {
         const double w = std::exp(((double) logit - (double) top) * inv);
-        q[(size_t) id] = (float) w;
+        sampling.q->add(id, (float) w);
         sum += w;
     }
+    DraftDistributions::Cell * const first = sampling.q->last_row_begin();
+    DraftDistributions::Cell * const last = sampling.q->last_row_end();
     double u = std::uniform_real_distribution<double>(0.0, sum)(*sampling.rng);
     llama_token chosen = kept_.back().second;
-    for (const auto & [logit, id] : kept_) {
-        u -= (double) q[(size_t) id];
+    for (const DraftDistributions::Cell * c = first; c != last; ++c) {
+        u -= (double) c->second;
         if (u < 0.0) {
-            chosen = id;
+            chosen = c->first;
             break;
         }
     }
-    for (const auto & [logit, id] : kept_) {
-        q[(size_t) id] = (float) ((double) q[(size_t) id] / sum);
+    for (DraftDistributions::Cell * c = first; c != last; ++c) {
+        c->second = (float) ((double) c->second / sum);
     }
     return chosen;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common.h"
+#include "draft_distributions.hpp"
 #include "padding.hpp"
 #include "sampling.h"
 #include "llama.h"
@@ -23,12 +24,12 @@ namespace mtp {
 class DraftGrammar;
 
 // How a draft is sampled from the head for verification by rejection: from softmax(logits / temp)
-// over the tokens the target's truncation keeps, with the probabilities appended to `q` (one
-// vocabulary-sized row per drafted token).
+// over the tokens the target's truncation keeps, with the probabilities appended to `q` (a row per
+// drafted token).
 struct HeadSampling {
     float temp;
     std::mt19937_64 * rng;
-    std::vector<std::vector<float>> * q;
+    DraftDistributions * q;
     // The target's truncation, applied to the head's logits as the target's chain applies it
     // (top-k, then top-p and min-p on the untempered softmax), so that q covers what p covers.
     int32_t top_k = 0;
@@ -40,7 +41,7 @@ struct HeadSampling {
 class HeadSampler {
 public:
     // A token sampled from the head's `logits` (-inf rows, a trimmed head's other tokens, are
-    // never drawn); its q row (n_vocab wide) is appended. -1 when truncation keeps nothing.
+    // never drawn); its q row is appended. -1 when truncation keeps nothing.
     // `ids`: the tokens of the n logits where the row holds candidates only (a backend sampler's
     // top k); null: the row is the whole vocabulary (n = n_vocab). `grammar`: only the tokens it
     // allows among the head's best kGrammarScan are drawn (q is the head's distribution over them).

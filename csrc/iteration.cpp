@@ -411,7 +411,11 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
             continue;
         }
         const std::vector<std::pair<llama_token, double>> & p = target_p_.at(ctx_tgt_.get(), sample_rows_[i]);
-        const float * q = r.draft_q[i].data();
+        q_dense_.resize((size_t) target_->n_vocab(), 0.0f);  // zero but for this row's tokens, while it is read
+        for (const DraftDistributions::Cell * c = r.draft_q.row_begin(i); c != r.draft_q.row_end(i); ++c) {
+            q_dense_[(size_t) c->first] = c->second;
+        }
+        const float * q = q_dense_.data();
         double px = 0.0;
         for (const auto & [id, pv] : p) {
             if (id == x) {
@@ -441,6 +445,9 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
                     }
                 }
             }
+        }
+        for (const DraftDistributions::Cell * c = r.draft_q.row_begin(i); c != r.draft_q.row_end(i); ++c) {
+            q_dense_[(size_t) c->first] = 0.0f;
         }
         common_sampler_accept(sampler, id, true);
         target_p_.accept(id);

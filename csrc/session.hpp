@@ -159,6 +159,7 @@ private:
     std::vector<int> sample_rows_;
     TargetDistribution target_p_;   // sample_by_rejection's p
     std::vector<double> residual_;  // and its residual
+    std::vector<float> q_dense_;    // and the q row it reads, spread over the vocabulary
     std::vector<std::pair<llama_seq_id, int32_t>> round_segments_;  // the verify's (sequence, rows)
     DecodePadding padding_;  // the verify's padding rows
     // Verify batches are padded to one pass (padding.hpp): pads_shared_decodes, and a head, if

@@ -17,6 +17,7 @@
 
 #include "common.h"
 #include "counters.hpp"
+#include "draft_distributions.hpp"
 #include "draft_grammar.hpp"
 #include "sampling.h"
 #include "text.hpp"
@@ -126,7 +127,7 @@ struct Slot {
         int32_t n_forced = 0;       // drafts the grammar forced (no head pass): the draft's last ones
         DraftGrammar grammar;       // the call's grammar following the head's draft (when it constrains it)
         int32_t first_row = 0;      // its rows in the verify batch
-        std::vector<std::vector<float>> draft_q;  // the head's distribution of each sampled draft (draft_temp > 0)
+        DraftDistributions draft_q;  // the head's distribution of each sampled draft (draft_temp > 0)
         std::vector<llama_token> ids;  // the target's tokens: the accepted drafts plus one
         std::vector<TokenLogprobs> logprobs;  // of each of `ids`, when the call asked
         common_sampler_ptr sampler_before;
