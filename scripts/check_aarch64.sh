@@ -4,6 +4,17 @@
 # reference and the one-column products) under qemu-user.
 # Usage: bash scripts/check_aarch64.sh [ARCH ...]   (default: the instruction sets of the wheel's arm64 variants,
 # armv8.0_1, armv8.2_1, armv8.2_3 and armv8.6_2; about 2 minutes each)
+#        bash scripts/check_aarch64.sh --generate [CPU ...]   (default CPUs: cortex-a53 neoverse-n1 max)
+# --generate builds what the arm64 wheel holds instead: the engine of csrc/ with ggml's CPU backend as run-time
+# variants (GGML_BACKEND_DL, GGML_CPU_ALL_VARIANTS: libmtp_*.so and libggml-cpu-<variant>.so), driven by
+# tools/generate_cli (mtp_generate, -DMTP_LLM_GENERATE_CLI=ON) instead of the Python extension. Under
+# `qemu-aarch64 -cpu CPU` it loads the built-in model and generates greedily, plain and with MTP (n_draft 1 and 3),
+# and checks that the variant loaded is the one cmake/cpu_variants.py picks for that CPU's features (CPU:VARIANT
+# forces one) and that MTP's tokens equal plain decoding's; it prints where plain decoding parts from this machine's
+# package (same prompt ids) and by how much (tools/generate_cli/check.py). Run time on 2 cores: the build about
+# 10 minutes (ccache partly warm; seconds once built), then 0.5-3 minutes a CPU (16 tokens three times under qemu;
+# longer on a busy machine).
+# MTP_LLM_AARCH64_TOKENS (16) sets the length.
 # Needs g++-aarch64-linux-gnu and qemu-user (installed with apt-get when run as root) and the .venv of setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +31,28 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ -x .venv/bin/python ] || { echo "check_aarch64: run scripts/setup.sh first (.venv)" >&2; exit 1; }
 tree="$(.venv/bin/python cmake/fetch_llama_cpp.py)"
+if [ "${1:-}" = --generate ]; then
+  shift
+  [ $# -gt 0 ] || set -- cortex-a53 neoverse-n1 max
+  build=build/aarch64-generate
+  start=$(date +%s)
+  # A copy of the fetched (patched) tree, named as a tree of one's own: the objects go to $build, not to the
+  # cache's x86 keys, and a setup.sh that re-extracts the cache's tree meanwhile does not pull it from under the build
+  # (cp -a keeps the files' times, so ninja rebuilds only what changed).
+  mkdir -p "$build"
+  rm -rf "$build/llama.cpp-tree"
+  cp -a "$tree" "$build/llama.cpp-tree"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMTP_LLM_GENERATE_CLI=ON \
+    -DMTP_LLM_LLAMA_CPP_DIR="$PWD/$build/llama.cpp-tree" -DPython_EXECUTABLE="$PWD/.venv/bin/python" \
+    -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
+    -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ >/dev/null
+  cmake --build "$build" --target mtp_generate >/dev/null
+  rm -rf "$build/stage"
+  cmake --install "$build" --component mtp_llm --prefix "$build/stage" >/dev/null
+  echo "check_aarch64: engine and variants built in $(( $(date +%s) - start ))s ($build/stage/mtp_llm)" >&2
+  ls "$build"/stage/mtp_llm >&2
+  exec .venv/bin/python tools/generate_cli/check.py "$build/stage/mtp_llm" "$@"
+fi
 [ $# -gt 0 ] || set -- armv8-a armv8.2-a+dotprod armv8.2-a+dotprod+fp16+sve armv8.6-a+dotprod+fp16+sve+i8mm+sve2
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
