@@ -14,9 +14,10 @@ figures of 30-60 tokens were too noisy); the table gives the median over repetit
 must equal plain decoding's. Results go to DIR/structured_speed.{md,json}.
 
 With ``--temp T`` (> 0) every call samples (seed = its index) and the MTP configurations are the head's
-argmax drafts verified by comparison (``draft_temp=0``: outputs still equal plain decoding's, seed for seed)
-and the default, drafts sampled from the head and verified by rejection (the same distribution, other
-draws). Results go to DIR/structured_speed_tT.{md,json}.
+argmax drafts verified by comparison (``draft_temp=0``, the default under a grammar: outputs still equal
+plain decoding's, seed for seed) and drafts sampled from the head (``draft_temp=T``, the default without a
+grammar) verified by rejection (the same distribution, other draws). Results go to
+DIR/structured_speed_tT.{md,json}.
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ GREEDY_CONFIGS: dict[str, dict[str, Any]] = {
 # Session options, then per-call options.
 SAMPLED_CONFIGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "plain": ({"draft_model": None, "n_draft": 0}, {}),
-    "MTP, argmax drafts": ({}, {"draft_temp": 0.0}),
-    "MTP, sampled drafts (default)": ({}, {}),
+    "MTP, argmax drafts": ({}, {"draft_temp": 0.0}),  # the default under a grammar
+    "MTP, sampled drafts": ({}, {"draft_temp": None}),  # draft_temp = temp, set below; the default without one
 }
 
 
@@ -122,7 +123,8 @@ def main() -> int:
             rep_us = dict.fromkeys(configs, 0)
             for seed, (prompt, options) in enumerate(items):
                 for name, session in sessions.items():
-                    call = dataclasses.replace(options, seed=seed, **configs[name][1])
+                    extra = {k: (args.temp if v is None else v) for k, v in configs[name][1].items()}
+                    call = dataclasses.replace(options, seed=seed, **extra)
                     text = session.generate(prompt, options=call)
                     key = (load, name)
                     if rep == 0:

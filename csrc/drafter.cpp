@@ -372,12 +372,22 @@ llama_token HeadSampler::sample(const float * logits, const llama_token * ids, i
     auto by_logit = [](const auto & a, const auto & b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
     if (grammar) {
         // The target draws among the tokens the grammar allows (TargetDistribution): q is the head's
-        // distribution over the allowed ones among its best kGrammarScan, truncated as below.
+        // distribution over the allowed ones among its best kGrammarScan, truncated as below. The scan
+        // stops where truncation would end anyway (top_k allowed found, or below min_p of the best).
         const size_t m = std::min(kept_.size(), (size_t) kGrammarScan);
         std::partial_sort(kept_.begin(), kept_.begin() + m, kept_.end(), by_logit);
-        kept_.resize(m);
-        kept_.erase(std::remove_if(kept_.begin(), kept_.end(), [&](const auto & c) { return !grammar->allows(c.second); }),
-                    kept_.end());
+        const float floor_gap = sampling.min_p > 0.0f ? std::log(sampling.min_p) : -INFINITY;
+        size_t n_allowed = 0;
+        for (size_t k = 0; k < m; ++k) {
+            if (n_allowed > 0 && ((sampling.top_k > 0 && n_allowed >= (size_t) sampling.top_k) ||
+                                  kept_[k].first < kept_.front().first + floor_gap)) {
+                break;
+            }
+            if (grammar->allows(kept_[k].second)) {
+                kept_[n_allowed++] = kept_[k];
+            }
+        }
+        kept_.resize(n_allowed);
         top = kept_.empty() ? -INFINITY : kept_.front().first;
     }
     if (sampling.top_k > 0 && (size_t) sampling.top_k < kept_.size()) {

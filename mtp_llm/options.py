@@ -238,9 +238,9 @@ class GenerationOptions:
     draft_temp: float | None = option(None, ge=0.0)
     """Temperature the MTP head samples its drafts at when ``temp`` > 0 (among the tokens a grammar
     allows): drafts are then verified by rejection (exact speculative sampling: the output follows the
-    target's distribution, and more drafts are accepted than the head's argmax gets). None = ``temp``;
-    0 = the head's argmax, verified by sampling the target and comparing (also under a grammar that a
-    reasoning budget steers)."""
+    target's distribution, and more drafts are accepted than the head's argmax gets). None = ``temp``,
+    or 0 under a grammar (there it measured faster); 0 = the head's argmax, verified by sampling the
+    target and comparing (always under a grammar that a reasoning budget steers)."""
     top_k: int = option(40, ge=0)
     """Top-k sampling: keep the k most likely tokens (0 = the whole vocabulary)."""
     top_p: float = option(0.95, ge=0.0, le=1.0)

@@ -238,9 +238,11 @@ def test_rejection_sampling_under_a_grammar(sampling_model: Model) -> None:
                 counts[SAMPLING_TOKENS.index(ids[k]) - 1, SAMPLING_TOKENS.index(ids[k + 1])] += 1
         return counts.ravel()
 
+    # Under a grammar drafts are the head's argmax unless draft_temp is set: both verifications run.
     for session, extra in [
         (make_session(sampling_model, n_draft=0), {}),
         (make_session(sampling_model, n_draft=1), {}),
+        (make_session(sampling_model, n_draft=1), {"draft_temp": 1.0}),
         (make_session(sampling_model, n_draft=3), {"draft_temp": 3.0}),
         (make_session(sampling_model, n_draft=3, fuse_catch_up=False), {"draft_temp": 3.0}),
     ]:

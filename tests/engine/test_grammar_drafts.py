@@ -137,13 +137,14 @@ def test_parallel_calls_draft_their_own_forced_text(random_model: Model) -> None
 CHI2_CRITICAL_DF2 = 13.82
 
 
-@pytest.mark.parametrize("draft_temp", [0.0, None], ids=["argmax-drafts", "sampled-drafts"])
+@pytest.mark.parametrize("draft_temp", [None, 1.0], ids=["argmax-drafts (default)", "sampled-drafts"])
 def test_sampled_output_under_a_grammar_follows_the_target_distribution(tiny_paths, draft_temp: float | None) -> None:
     """At temp=1 under a grammar, with forced drafts ("xy" after each letter) and head drafts
     both in play, the letters follow the target's distribution restricted to the grammar's
-    choices. Argmax drafts ("a") are verified by sampling the target and comparing: each seed
-    gives plain decoding's tokens. Sampled drafts are verified by rejection against the
-    distribution plain decoding samples under the grammar: the same distribution, other draws."""
+    choices. Argmax drafts ("a", the default under a grammar) are verified by sampling the target and
+    comparing: each seed gives plain decoding's tokens. Sampled drafts (draft_temp set) are verified by
+    rejection against the distribution plain decoding samples under the grammar: the same
+    distribution, other draws."""
     from mtp_llm.gguf.tiny_models import SAMPLING_TOKENS
     from mtp_llm.parity import forward_with_head
 
@@ -160,7 +161,7 @@ def test_sampled_output_under_a_grammar_follows_the_target_distribution(tiny_pat
     counts = [0, 0, 0]
     for seed in range(700):
         ids = token_ids(spec, prompt, seed=seed, draft_temp=draft_temp, **sampling)
-        if draft_temp == 0.0:
+        if draft_temp is None:
             assert ids == token_ids(plain, prompt, seed=seed, **sampling), seed
         assert [ids[k + 1 : k + 3] for k in range(0, len(ids), 3)] == [[120, 121]] * 8  # "xy" after each letter
         for token in ids[3::3]:  # letters after the first
