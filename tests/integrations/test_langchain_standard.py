@@ -100,6 +100,11 @@ class TestChatMTPIntegration(_ChatMTPUnderTest, ChatModelIntegrationTests):
         ChatModelIntegrationTests.test_unicode_tool_call_integration,
         _ARBITRARY.format("expects the Chinese name from the question in the arguments"),
     )
+    test_structured_output_optional_param = _xfail(
+        ChatModelIntegrationTests.test_structured_output_optional_param,
+        "the tiny random-weight test model fills a grammar-free string until max_tokens runs out: the cut "
+        "answer raises StructuredOutputParserError (finish_reason='length') instead of parsing partial JSON",
+    )
 
 
 class _BuiltInModelSuite(_ChatMTPUnderTest, ChatModelIntegrationTests):
