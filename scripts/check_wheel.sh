@@ -62,7 +62,7 @@ if [ "${CHECK_WHEEL_TESTS:-1}" != 0 ]; then
   "${nocompiler[@]}" "$VPY" -m pip install -q --disable-pip-version-check --only-binary :all: \
       pytest pytest-asyncio pytest-timeout hypothesis jsonschema langchain-core llama-index-core matplotlib
   mkdir -p "$work/src"
-  (cd "$ROOT" && cp -r tests cmake patches benchmarks pyproject.toml "$work/src/")
+  (cd "$ROOT" && cp -r tests tools cmake patches benchmarks pyproject.toml "$work/src/")
   # The tests read the pinned llama.cpp tree (chat templates) and the built-in model from the developer's cache.
   # test_kernels and the GPU check's dry run build with a compiler and CMake, which this venv lacks by design
   # (both run in the suite).
