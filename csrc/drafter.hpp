@@ -47,9 +47,6 @@ public:
     // allows among the head's best kGrammarScan are drawn (q is the head's distribution over them).
     llama_token sample(const float * logits, const llama_token * ids, int32_t n, int32_t n_vocab,
                        const HeadSampling & sampling, DraftGrammar * grammar = nullptr);
-    llama_token sample(const float * logits, int32_t n_vocab, const HeadSampling & sampling) {
-        return sample(logits, nullptr, n_vocab, n_vocab, sampling);
-    }
 
     // Under a grammar, the head's best tokens checked against it.
     static constexpr int32_t kGrammarScan = 128;

@@ -42,6 +42,13 @@ TokenLogprobs token_logprobs(const float * logits, int32_t n_vocab, float temp, 
     return out;
 }
 
+// The sampler's own draw at `row` (plain decoding's), accepted into it.
+llama_token draw(common_sampler * sampler, llama_context * ctx, int row) {
+    const llama_token id = common_sampler_sample(sampler, ctx, row, false);
+    common_sampler_accept(sampler, id, true);
+    return id;
+}
+
 void deliver(StepResult & ready, StepResult && out) {
     for (TokenOut & t : out.tokens) {
         ready.tokens.push_back(std::move(t));
@@ -401,8 +408,7 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
         const llama_token x = r.draft_tokens[i];
         if (i >= r.draft_q.size()) {
             // Forced text (the drafts that follow it are forced too): the sampler's own draw.
-            const llama_token id = common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_[i], false);
-            common_sampler_accept(sampler, id, true);
+            const llama_token id = draw(sampler, ctx_tgt_.get(), sample_rows_[i]);
             target_p_.accept(id);
             ids.push_back(id);
             if (id != x || target_->is_eog(id)) {
@@ -456,9 +462,7 @@ std::vector<llama_token> Session::sample_by_rejection(Slot & s) {
             return ids;  // a rejection, or an accepted end of generation (nothing follows it)
         }
     }
-    const llama_token id = common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_.back(), false);
-    common_sampler_accept(sampler, id, true);
-    ids.push_back(id);
+    ids.push_back(draw(sampler, ctx_tgt_.get(), sample_rows_.back()));
     return ids;
 }
 
@@ -477,9 +481,7 @@ std::vector<llama_token> Session::replay_decided(Slot & s) {
             return ids;
         }
     }
-    const llama_token id = common_sampler_sample(sampler, ctx_tgt_.get(), sample_rows_.back(), false);
-    common_sampler_accept(sampler, id, true);
-    ids.push_back(id);
+    ids.push_back(draw(sampler, ctx_tgt_.get(), sample_rows_.back()));
     return ids;
 }
 

@@ -243,6 +243,7 @@ int32_t Session::begin(const std::vector<int32_t> & prompt, const GenerateOption
         // argmax is the default: most drafts there are forced text (accepted alike either way), and the
         // target's distribution under a grammar costs more than sampled head drafts gained (structured
         // answers at temperature 0.8 ran 0.88-0.95x; docs/performance.md).
+        // (common_sampler_init's condition for giving the sampler a reasoning budget.)
         const bool reasoning_steers = !sampling.reasoning_budget_start.empty() &&
                                       !sampling.reasoning_budget_end.empty() &&
                                       (sampling.grammar_lazy || sampling.reasoning_budget_tokens >= 0 ||
