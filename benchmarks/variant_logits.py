@@ -6,7 +6,8 @@ Each variant (``MTP_LLM_CPU_VARIANT``, one process each) runs the trunk over the
 (``mtp_llm.parity.forward_with_head``); the reference dequantizes every weight (gguf's ``dequantize``) and runs
 SmolLM2's llama forward in float64 numpy (RMS norm, adjacent-pair RoPE, grouped-query causal attention, SwiGLU) with
 no int8 activation rounding, which llama.cpp's quantized products do. Prints, per variant, the mean and max absolute
-log-probability difference over the reference's top 10 tokens at every position, and where the argmax agrees.
+log-probability difference over the reference's top 10 tokens at every position, where the argmax agrees, and
+whether the variant's logits equal the first variant's bit for bit (patch 0027 makes the AVX2 and AVX-512 ones so).
 """
 
 from __future__ import annotations
@@ -95,16 +96,21 @@ def main() -> int:
     args = parser.parse_args()
     reference = log_softmax(reference_logits(args.prompt))
     top = np.argsort(-reference, -1)[:, :10]
-    print("| variant | top-10 mean abs dlogprob vs float64 | max | argmax agrees |\n|---|---:|---:|---:|")
+    print("| variant | top-10 mean abs dlogprob vs float64 | max | argmax agrees | bit-equal to the first |\n"
+          "|---|---:|---:|---:|---|")
+    first: np.ndarray | None = None
     with tempfile.TemporaryDirectory() as tmp:
         for variant in args.variants.split(","):
             path = Path(tmp) / f"{variant}.npy"
             env = {**os.environ, "MTP_LLM_CPU_VARIANT": variant}
             subprocess.run([sys.executable, "-c", WORKER, str(path), args.prompt], env=env, check=True)
-            logits = log_softmax(np.load(path))
+            raw = np.load(path)
+            first = raw if first is None else first
+            logits = log_softmax(raw)
             diff = np.abs(np.take_along_axis(logits, top, -1) - np.take_along_axis(reference, top, -1))
             agree = (logits.argmax(-1) == reference.argmax(-1)).mean()
-            print(f"| {variant} | {diff.mean():.4f} | {diff.max():.4f} | {agree:.2f} |")
+            same = "yes" if np.array_equal(raw, first) else f"no (max {np.abs(raw - first).max():.3g})"
+            print(f"| {variant} | {diff.mean():.4f} | {diff.max():.4f} | {agree:.2f} | {same} |")
     return 0
 
 

@@ -1,7 +1,9 @@
 """ggml's CPU backend built once per instruction-set level and chosen at run time: the extension loads the variant
 ggml's own scoring picks for this CPU, reports it (``cpu_backend()``, ``Device.variant``, ``MTP.cpu_variant``,
 ``mtp-llm info``), and every variant this machine runs decodes losslessly (greedy MTP == plain, every draft of the
-accept-all model accepted). ``MTP_LLM_CPU_VARIANT`` forces one, as the qemu checks of scripts/check_wheel.sh do."""
+accept-all model accepted). The variants with AVX2 and FMA (haswell and up) compute the built-in model bit for bit
+alike (patch 0027), so they print the same greedy text. ``MTP_LLM_CPU_VARIANT`` forces one, as the qemu checks of
+scripts/check_wheel.sh do."""
 
 from __future__ import annotations
 
@@ -90,6 +92,48 @@ def test_every_variant_this_machine_runs_decodes_losslessly(variant: str, tiny_p
         assert ("AVX2" in features) == ("avx2" in needs)
         assert ("AVX512" in features) == ("avx512f" in needs)
         assert ("AVX512_VNNI" in features) == ("avx512_vnni" in needs)
+
+
+ALIKE_CHILD = """
+import hashlib, json
+from mtp_llm import MTP, Model, cpu_backend
+from mtp_llm.bench.common import CHAT_QUESTIONS
+from mtp_llm.parity import forward_with_head
+model = Model.load_default()
+long_prompt = model.apply_chat_template([("user", " ".join(CHAT_QUESTIONS * 2))])  # over 64 tokens: tiled attention
+out = {"variant": cpu_backend().variant, "logits": {}}
+for name, text in (("short", model.apply_chat_template([("user", CHAT_QUESTIONS[0])])), ("long", long_prompt)):
+    ids = model.tokenize(text)
+    rows = forward_with_head(model, ids, n_threads=2)
+    out["logits"][name] = [len(ids), hashlib.sha256(rows["trunk_logits"].tobytes()).hexdigest(),
+                           hashlib.sha256(rows["head_logits"].tobytes()).hexdigest()]
+session = MTP(model, n_draft=3, n_threads=2)
+out["answers"] = [session.generate(model.apply_chat_template([("user", q)]), max_tokens=48, temp=0)
+                  for q in CHAT_QUESTIONS[:3]]
+print(json.dumps(out))
+"""
+
+
+def _avx2_and_up_runnable() -> list[str]:
+    return [v for v in _runnable() if {"avx2", "fma"} <= set(cpu_variants.X86_VARIANTS.get(v, ()))]
+
+
+@needs_variants
+def test_the_avx2_and_avx512_variants_compute_the_built_in_model_bit_for_bit_alike() -> None:
+    variants = _avx2_and_up_runnable()
+    if len(variants) < 2:
+        pytest.skip(f"this CPU runs {len(variants)} of the AVX2-and-up variants: nothing to compare")
+    results = []
+    for variant in variants:
+        env = {**os.environ, "MTP_LLM_CPU_VARIANT": variant}
+        done = subprocess.run([sys.executable, "-c", ALIKE_CHILD], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        results.append(json.loads(done.stdout))
+    first = results[0]
+    assert first["logits"]["long"][0] > 64 and all(answer for answer in first["answers"])
+    for result in results[1:]:
+        assert result["logits"] == first["logits"], (result["variant"], first["variant"])
+        assert result["answers"] == first["answers"], (result["variant"], first["variant"])
 
 
 @needs_variants
