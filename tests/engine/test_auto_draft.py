@@ -109,16 +109,20 @@ def test_auto_tells_the_controller_what_the_calls_have_left(
     del session
     gc.collect()  # the controller closes its trace
     lines = [line.split() for line in trace.read_text().splitlines()]
-    rounds = []  # (remaining, queued, tokens the round produced)
+    rounds = []  # (remaining, queued, tokens the round produced, draft length chosen)
     for i, f in enumerate(lines):
         if f[0] == "choose":
             accept = next(g for g in lines[i + 1 :] if g[0] == "accept")
-            rounds.append((int(f[6]), int(f[7]), int(accept[2]) + 1))
+            rounds.append((int(f[6]), int(f[7]), int(accept[2]) + 1, int(f[4])))
     assert rounds[0][0] == 40  # nothing produced before the first round
-    for (left, _, made), (after, _, _) in zip(rounds, rounds[1:]):
+    for (left, _, made, _), (after, _, _, _) in zip(rounds, rounds[1:]):
         assert after == left - made  # every round's tokens counted down
-    assert [queued for _, queued, _ in rounds[:4]] == [0, 1, 2, 3]  # plain decoding measured first: a row a round
-    assert all(queued <= 4 + 1 for _, queued, _ in rounds[5:])  # once drafting, at most a round's rows wait
+    assert [queued for _, queued, _, _ in rounds[:4]] == [0, 1, 2, 3]  # plain decoding measured first: a row a round
+    assert any(n > 0 for *_, n in rounds)
+    # the rows waiting for the head: one more after each plain round (the controller may find plain decoding the
+    # faster on this tiny model, by its own timing), at most the round's rows after a drafting one
+    for (_, queued, _, n), (_, queued_next, _, _) in zip(rounds, rounds[1:]):
+        assert queued_next == queued + 1 if n == 0 else queued_next <= n + 1
 
 
 def test_per_call_draft_length_overrides_the_session(accept100_model: Model) -> None:
