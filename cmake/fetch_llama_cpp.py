@@ -81,7 +81,7 @@ PATCHES: dict[str, str] = {
     "0024-jinja-render-limits.patch": "e473bdb2ab971f50408c06bca82889b4861ed5c8b0c624fc7b1d77be1f20d3e1",
     "0025-mtp-draft-pick-hook.patch": "392bd1683168497c0eb99b263ceab8c217d2fe330b02f0f5cfc3ea9d9baaa93b",
     "0026-avx2-small-batch-exact.patch": "d52418eb63ab4f06de98d3ee565f5d4c0505dd53298db9b5edbc60701b96b9fd",
-    "0027-avx2-avx512-round-alike.patch": "17f2127a393e9388dd8b40f9f83dc52ce21460daa34a709b4f183bc7a270a83b",
+    "0027-avx2-avx512-round-alike.patch": "cd89c88a669a33dcbc4d7ff5031e19d54b67749d8a3e596bbbf6e1f6f175f00e",
     "0028-one-column-small-batch.patch": "d4a14316a149aa891d6e1d7640d0ae008a0a1cae8d36af6c4ba8bb0148527766",
 }
 STAMP = ".mtp_llm_patches"
