@@ -10,11 +10,16 @@
 # tools/generate_cli (mtp_generate, -DMTP_LLM_GENERATE_CLI=ON) instead of the Python extension. Under
 # `qemu-aarch64 -cpu CPU` it loads the built-in model and generates greedily, plain and with MTP (n_draft 1 and 3),
 # and checks that the variant loaded is the one cmake/cpu_variants.py picks for that CPU's features (CPU:VARIANT
-# forces one) and that MTP's tokens equal plain decoding's; it prints where plain decoding parts from this machine's
-# package (same prompt ids) and by how much (tools/generate_cli/check.py). Run time on 2 cores: the build about
+# forces one), that MTP's tokens equal plain decoding's, and that plain decoding's tokens and top-2 log-probabilities
+# equal this machine's package's (same prompt ids; the arm64 variants compute as x86's AVX2 ones, patch 0029)
+# (tools/generate_cli/check.py). Run time on 2 cores: the build about
 # 10 minutes (ccache partly warm; seconds once built), then 0.5-3 minutes a CPU (16 tokens three times under qemu;
 # longer on a busy machine).
 # MTP_LLM_AARCH64_TOKENS (16) sets the length.
+#        bash scripts/check_aarch64.sh --tensors [VARIANT ...]   (default: every arm64 variant)
+# --tensors builds the same and dumps every f32 graph tensor of the built-in model (tools/tensor_dump: a 100-token
+# prompt, a decode, a 3-row verify) with each arm64 variant under `qemu-aarch64 -cpu max` and with this machine's
+# package; it fails unless each is bit-equal to x86's (an AVX2 or AVX-512 variant here; about 30 s a variant).
 # Needs g++-aarch64-linux-gnu and qemu-user (installed with apt-get when run as root) and the .venv of setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,10 +36,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ -x .venv/bin/python ] || { echo "check_aarch64: run scripts/setup.sh first (.venv)" >&2; exit 1; }
 tree="$(.venv/bin/python cmake/fetch_llama_cpp.py)"
-if [ "${1:-}" = --generate ]; then
-  shift
-  [ $# -gt 0 ] || set -- cortex-a53 neoverse-n1 max
-  build=build/aarch64-generate
+build=build/aarch64-generate
+build_stage() {
   start=$(date +%s)
   # A copy of the fetched (patched) tree, named as a tree of one's own: the objects go to $build, not to the
   # cache's x86 keys, and a setup.sh that re-extracts the cache's tree meanwhile does not pull it from under the build
@@ -51,7 +54,37 @@ if [ "${1:-}" = --generate ]; then
   cmake --install "$build" --component mtp_llm --prefix "$build/stage" >/dev/null
   echo "check_aarch64: engine and variants built in $(( $(date +%s) - start ))s ($build/stage/mtp_llm)" >&2
   ls "$build"/stage/mtp_llm >&2
+}
+if [ "${1:-}" = --generate ]; then
+  shift
+  [ $# -gt 0 ] || set -- cortex-a53 neoverse-n1 max
+  build_stage
   exec .venv/bin/python tools/generate_cli/check.py "$build/stage/mtp_llm" "$@"
+fi
+if [ "${1:-}" = --tensors ]; then
+  shift
+  build_stage
+  stage="$build/stage/mtp_llm"
+  [ $# -gt 0 ] || set -- $(cd "$stage" && ls libggml-cpu-*.so | sed 's/^libggml-cpu-//; s/\.so$//')
+  package="$(.venv/bin/python -P -c 'import mtp_llm._core as c, os; print(os.path.dirname(c.__file__))')"
+  host_variant="$(.venv/bin/python -P -c 'import mtp_llm; print(mtp_llm.cpu_backend().variant)')"
+  model="$(.venv/bin/python -P -c 'from mtp_llm.default_model import default_model_path; print(default_model_path())')"
+  includes=(-I"$build/llama.cpp-tree/include" -I"$build/llama.cpp-tree/ggml/include")
+  g++ -O1 -std=c++17 tools/tensor_dump/dump.cpp "${includes[@]}" -L"$package" -lmtp_llama -lmtp_ggml -lmtp_ggml-base \
+    -Wl,-rpath,"$package" -o "$build/host_tensor_dump"
+  aarch64-linux-gnu-g++ -O1 -std=c++17 tools/tensor_dump/dump.cpp "${includes[@]}" -L"$stage" -lmtp_llama -lmtp_ggml \
+    -lmtp_ggml-base -Wl,-rpath,'$ORIGIN' -o "$stage/mtp_tensor_dump"
+  dumps="$build/tensor_dumps"
+  mkdir -p "$dumps"
+  "$build/host_tensor_dump" "$package/libggml-cpu-$host_variant.so" "$model" "$dumps/x86-$host_variant.bin" 100 2>/dev/null
+  status=0
+  for variant in "$@"; do
+    qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu max "$stage/mtp_tensor_dump" "$stage/libggml-cpu-$variant.so" "$model" \
+      "$dumps/$variant.bin" 100 2>/dev/null
+    echo "check_aarch64 --tensors: $variant against x86-64 $host_variant (built-in model, 100-token prompt, a decode, a 3-row verify):"
+    .venv/bin/python tools/tensor_dump/compare.py "$dumps/x86-$host_variant.bin" "$dumps/$variant.bin" || status=1
+  done
+  exit $status
 fi
 [ $# -gt 0 ] || set -- armv8-a armv8.2-a+dotprod armv8.2-a+dotprod+fp16+sve armv8.6-a+dotprod+fp16+sve+i8mm+sve2
 launcher=()

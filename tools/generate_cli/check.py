@@ -5,16 +5,18 @@ Usage (scripts/check_aarch64.sh --generate calls it): python check.py STAGE_DIR 
 STAGE_DIR holds mtp_generate beside libmtp_*.so and libggml-cpu-<variant>.so, as the wheel's mtp_llm folder does.
 For each qemu CPU model: the built-in model generates greedily, plain and with MTP (n_draft 1 and 3); the check
 wants the variant ggml loaded to be the one cmake/cpu_variants.py picks for the features the kernel reports to the
-program (getauxval) and MTP's tokens to equal plain decoding's; it compares plain decoding's tokens with the installed
-package's on this machine (same prompt ids, greedy) and, where they part, prints the first position with both
-machines' top-2 log-probabilities there and how far the chosen tokens' log-probabilities drifted before it (a
-float difference parts at a near tie). A CPU spec CPU:VARIANT forces a variant (MTP_LLM_CPU_VARIANT).
+program (getauxval), MTP's tokens to equal plain decoding's, and plain decoding's tokens to equal the installed
+package's on this machine (same prompt ids, greedy): the arm64 variants compute as x86's AVX2 and AVX-512 ones, bit
+for bit (patch 0029). Where they part it prints the first position with both machines' top-2 log-probabilities there
+and how far the chosen tokens' log-probabilities drifted before it. A CPU spec CPU:VARIANT forces a variant
+(MTP_LLM_CPU_VARIANT).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -71,6 +73,10 @@ def qemu_run(
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")], seconds
 
 
+def as_float32(x: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
 def first_difference(a: list[int], b: list[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -87,7 +93,7 @@ def main() -> int:
     model_path = str(default_model_path())
     print(f"model: {model_path}\nprompt: {PROMPT!r}, {max_tokens} tokens, greedy")
     failures = 0
-    parted: list[str] = []  # CPUs whose tokens part from x86-64's: reported (float rounding), not a failure
+    parted: list[str] = []  # CPUs whose tokens part from x86-64's
     host: dict[str, Any] | None = None
     for spec in cpus:
         cpu, _, forced = spec.partition(":")  # CPU:VARIANT forces a variant (MTP_LLM_CPU_VARIANT)
@@ -129,17 +135,23 @@ def main() -> int:
         same = len(plain) if at is None else at
         drift = max((abs(arm_top[i][0][1] - x86_top[i][0][1]) for i in range(same)), default=0.0)
         if at is None:
-            print(f"  == x86-64: ok (token for token; chosen tokens' log-probabilities differ by at most {drift:.2e})")
+            # the logits are computed bit for bit alike: the top-2 log-probabilities too (printed with 9 digits)
+            unlike = sum(as_float32(a[1]) != as_float32(b[1]) for i in range(same)
+                         for a, b in zip(arm_top[i], x86_top[i]))
+            print(f"  == x86-64: {'ok' if not unlike else 'FAIL'} (token for token; {unlike} top-2 "
+                  f"log-probabilities unlike x86-64's as float32, chosen ones by at most {drift:.2e})")
+            failures += unlike > 0
         else:
             def pair(top: list[Any]) -> str:
                 return ", ".join(f"{t}: {lp:.4f}" for t, lp in top[:2])
 
-            print(f"  != x86-64 from token {at}: arm64 top-2 {{{pair(arm_top[at])}}}, x86-64 top-2 "
+            print(f"  FAIL != x86-64 from token {at}: arm64 top-2 {{{pair(arm_top[at])}}}, x86-64 top-2 "
                   f"{{{pair(x86_top[at])}}}; before it the chosen tokens' log-probabilities differ by up to "
                   f"{drift:.2e}; {sum(a != b for a, b in zip(plain, x86))} of {len(x86)} positions differ")
             parted.append(spec)
+            failures += 1
     print(f"\ncheck_aarch64 --generate: {'all checks pass' if not failures else f'{failures} check(s) failed'} "
-          "(variant chosen, MTP == plain); tokens equal to x86-64's on "
+          "(variant chosen, MTP == plain, plain == x86-64); tokens equal to x86-64's on "
           f"{len(cpus) - len(parted)} of {len(cpus)} CPUs" + (f", not on {' '.join(parted)}" if parted else ""))
     return 1 if failures else 0
 

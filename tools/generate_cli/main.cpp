@@ -175,7 +175,7 @@ int main(int argc, char ** argv) {
                         top += top.size() > 1 ? ",[" : "[";
                         for (size_t k = 0; k < t.logprobs->top.size(); ++k) {
                             char buf[64];
-                            std::snprintf(buf, sizeof buf, "%s[%d,%.6f]", k ? "," : "", t.logprobs->top[k].first,
+                            std::snprintf(buf, sizeof buf, "%s[%d,%.9g]", k ? "," : "", t.logprobs->top[k].first,
                                           t.logprobs->top[k].second);
                             top += buf;
                         }
