@@ -41,8 +41,8 @@ SYNTHETIC = [  # file, label, colour, line style
 # The CPU of recorded files whose format does not carry it (a file that does, in meta.cpu_label or meta.cpu, wins).
 RECORDED_CPU = {
     "built_in_speed.json": "AMD EPYC Zen 5",
-    "costs.json": "AMD EPYC Zen 4",
-    "synthetic": "Intel Xeon",
+    "costs.json": "AMD EPYC Zen 5",
+    "synthetic": "AMD EPYC Zen 5",
     "parallel": "AMD EPYC Zen 5",
 }
 
