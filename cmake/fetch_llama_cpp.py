@@ -83,8 +83,8 @@ PATCHES: dict[str, str] = {
     "0026-avx2-small-batch-exact.patch": "d52418eb63ab4f06de98d3ee565f5d4c0505dd53298db9b5edbc60701b96b9fd",
     "0027-avx2-avx512-round-alike.patch": "cd89c88a669a33dcbc4d7ff5031e19d54b67749d8a3e596bbbf6e1f6f175f00e",
     "0028-one-column-small-batch.patch": "d4a14316a149aa891d6e1d7640d0ae008a0a1cae8d36af6c4ba8bb0148527766",
-    "0029-arm-avx2-round-alike.patch": "49bea9d7f239603a7a5f6fcea13ef2c022e24497dd28506b6a5e299f2570b8f3",
-    "0030-fma-without-avx2-round-alike.patch": "69ef93cd46d3c01302ae1e61483cf7cd1a9f340adfe16bfa212c5b0495ee5c7c",
+    "0029-arm-avx2-round-alike.patch": "feab7f7785d2c7d2dc23246f1d7a89ddf562c8f8ccaa41d521483dc700707e02",
+    "0030-fma-without-avx2-round-alike.patch": "9d2ce3f2540a76546b2425d7aed066c0e04e6cd4a3b054796a3e245edc76b3af",
 }
 STAMP = ".mtp_llm_patches"
 
