@@ -19,7 +19,8 @@
 #        bash scripts/check_aarch64.sh --tensors [VARIANT ...]   (default: every arm64 variant)
 # --tensors builds the same and dumps every f32 graph tensor of the built-in model (tools/tensor_dump: a 100-token
 # prompt, a decode, a 3-row verify) with each arm64 variant under `qemu-aarch64 -cpu max` and with this machine's
-# package; it fails unless each is bit-equal to x86's (an AVX2 or AVX-512 variant here; about 30 s a variant).
+# package; it fails unless each is bit-equal to x86's (the host's variant must be one with FMA: piledriver, haswell
+# and up; about 30 s a variant).
 # Needs g++-aarch64-linux-gnu and qemu-user (installed with apt-get when run as root) and the .venv of setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,11 +77,13 @@ if [ "${1:-}" = --tensors ]; then
     -lmtp_ggml-base -Wl,-rpath,'$ORIGIN' -o "$stage/mtp_tensor_dump"
   dumps="$build/tensor_dumps"
   mkdir -p "$dumps"
-  "$build/host_tensor_dump" "$package/libggml-cpu-$host_variant.so" "$model" "$dumps/x86-$host_variant.bin" 100 2>/dev/null
+  # llama.cpp's load log goes to a file, shown only when a dump fails
+  "$build/host_tensor_dump" "$package/libggml-cpu-$host_variant.so" "$model" "$dumps/x86-$host_variant.bin" 100 \
+    2>"$dumps/x86-$host_variant.log" || { tail -20 "$dumps/x86-$host_variant.log" >&2; exit 1; }
   status=0
   for variant in "$@"; do
     qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu max "$stage/mtp_tensor_dump" "$stage/libggml-cpu-$variant.so" "$model" \
-      "$dumps/$variant.bin" 100 2>/dev/null
+      "$dumps/$variant.bin" 100 2>"$dumps/$variant.log" || { tail -20 "$dumps/$variant.log" >&2; exit 1; }
     echo "check_aarch64 --tensors: $variant against x86-64 $host_variant (built-in model, 100-token prompt, a decode, a 3-row verify):"
     .venv/bin/python tools/tensor_dump/compare.py "$dumps/x86-$host_variant.bin" "$dumps/$variant.bin" || status=1
   done
