@@ -31,6 +31,31 @@ CHAT_QUESTIONS = [
 ]
 
 
+# Twenty everyday chat requests: the built-in model's parity and cross-variant checks.
+CHAT_PROMPTS = [
+    "What is the capital of France?",
+    "Explain photosynthesis in simple terms.",
+    "Write a short poem about the sea.",
+    "Give me three tips for learning a new language.",
+    "What is the difference between weather and climate?",
+    "How do airplanes stay in the air?",
+    "Write a friendly email inviting a friend to dinner.",
+    "What are the benefits of regular exercise?",
+    "Describe a cat to someone who has never seen one.",
+    "Why is the sky blue?",
+    "List five fruits that are rich in vitamin C.",
+    "What is a prime number?",
+    "How do I make a cup of tea?",
+    "Tell me a fun fact about octopuses.",
+    "What should I pack for a weekend camping trip?",
+    "Summarize the story of Cinderella in two sentences.",
+    "What does a computer's CPU do?",
+    "How can I save money on groceries?",
+    "Write a haiku about autumn leaves.",
+    "What is the boiling point of water at sea level?",
+]
+
+
 # Tools for the tool-call benchmarks and tests on the built-in model (OpenAI function shapes):
 # enums, integers, a number, a boolean and free strings.
 WEATHER = {

@@ -100,7 +100,7 @@ RUNNER = textwrap.dedent(
     paths = {k: Path(v) for k, v in json.loads(sys.argv[1]).items()}
     models = {'random': Model.load(paths['random'])}
     def write(data):
-        f = tempfile.NamedTemporaryFile(suffix='.gguf', delete=False); f.write(data); f.close(); return f.name
+        f = tempfile.NamedTemporaryFile(suffix='.gguf', delete=False, dir=paths['dir']); f.write(data); f.close(); return f.name
     def session(**kw):
         kw.setdefault('n_threads', 1); kw.setdefault('n_ctx', 1024)
         return MTP(models['random'], **kw)
