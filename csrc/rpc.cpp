@@ -1,13 +1,24 @@
 #include "rpc.hpp"
 
+#ifdef _WIN32
+#if !defined(_WIN32_WINNT) || _WIN32_WINNT < 0x0600
+#undef _WIN32_WINNT
+#define _WIN32_WINNT 0x0600  // WSAPoll
+#endif
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#include <winsock2.h>
+#include <ws2tcpip.h>
+#else
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -27,17 +38,86 @@ namespace {
 constexpr uint8_t kCmdHello = 14;      // RPC_CMD_HELLO, fixed by the protocol
 constexpr size_t kConnCaps = 24;       // RPC_CONN_CAPS_SIZE
 
+// The few socket calls the probe makes, on POSIX (Linux, macOS) and on Winsock.
+#ifdef _WIN32
+using SocketHandle = SOCKET;
+constexpr SocketHandle kNoSocket = INVALID_SOCKET;
+constexpr int kSendFlags = 0;
+int socket_error() { return WSAGetLastError(); }
+std::string error_text(int err) { return "Winsock error " + std::to_string(err); }
+bool interrupted(int err) { return err == WSAEINTR; }
+bool would_block(int err) { return err == WSAEWOULDBLOCK; }
+bool connect_pending(int err) { return err == WSAEWOULDBLOCK || err == WSAEINPROGRESS; }
+int poll_one(pollfd * p, int timeout_ms) { return WSAPoll(p, 1, timeout_ms); }
+void close_socket(SocketHandle s) { closesocket(s); }
+
+SocketHandle open_stream_socket() {
+    static const bool started = [] {  // once per process; ggml's RPC client starts its own
+        WSADATA data;
+        return WSAStartup(MAKEWORD(2, 2), &data) == 0;
+    }();
+    if (!started) {
+        return kNoSocket;
+    }
+    SocketHandle s = ::socket(AF_INET, SOCK_STREAM, 0);
+    u_long nonblocking = 1;
+    if (s != kNoSocket && ioctlsocket(s, FIONBIO, &nonblocking) != 0) {
+        closesocket(s);
+        return kNoSocket;
+    }
+    return s;
+}
+#else
+using SocketHandle = int;
+constexpr SocketHandle kNoSocket = -1;
+#ifdef MSG_NOSIGNAL
+constexpr int kSendFlags = MSG_NOSIGNAL;
+#else
+constexpr int kSendFlags = 0;  // macOS: SO_NOSIGPIPE on the socket instead
+#endif
+int socket_error() { return errno; }
+std::string error_text(int err) { return std::strerror(err); }
+bool interrupted(int err) { return err == EINTR; }
+bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+bool connect_pending(int err) { return err == EINPROGRESS; }
+int poll_one(pollfd * p, int timeout_ms) { return ::poll(p, 1, timeout_ms); }
+void close_socket(SocketHandle s) { ::close(s); }
+
+SocketHandle open_stream_socket() {
+#if defined(SOCK_NONBLOCK) && defined(SOCK_CLOEXEC)
+    return ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+#else
+    const SocketHandle s = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) {
+        return kNoSocket;
+    }
+    const int flags = ::fcntl(s, F_GETFL, 0);
+    if (flags < 0 || ::fcntl(s, F_SETFL, flags | O_NONBLOCK) != 0 || ::fcntl(s, F_SETFD, FD_CLOEXEC) != 0) {
+        ::close(s);
+        return kNoSocket;
+    }
+#ifdef SO_NOSIGPIPE
+    const int on = 1;
+    ::setsockopt(s, SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof(on));
+#endif
+    return s;
+#endif
+}
+#endif
+
 // A socket closed on scope exit.
-class Fd {
+class Socket {
 public:
-    explicit Fd(int fd) : fd_(fd) {}
-    ~Fd() { if (fd_ >= 0) ::close(fd_); }
-    Fd(const Fd &) = delete;
-    Fd & operator=(const Fd &) = delete;
-    int get() const { return fd_; }
+    explicit Socket(SocketHandle s) : s_(s) {}
+    ~Socket() {
+        if (s_ != kNoSocket) close_socket(s_);
+    }
+    Socket(const Socket &) = delete;
+    Socket & operator=(const Socket &) = delete;
+    SocketHandle get() const { return s_; }
 
 private:
-    int fd_;
+    SocketHandle s_;
 };
 
 struct Endpoint {
@@ -67,28 +147,31 @@ Endpoint parse(const std::string & endpoint) {
 }
 
 // Waits for `events` on `fd` until the deadline; false on timeout.
-bool wait_for(int fd, short events, int64_t deadline_us) {
+bool wait_for(SocketHandle s, short events, int64_t deadline_us) {
     for (;;) {
         const int64_t left_ms = (deadline_us - now_us()) / 1000;
         if (left_ms <= 0) return false;
-        pollfd p = {fd, events, 0};
-        const int r = ::poll(&p, 1, (int) left_ms);
+        pollfd p = {};
+        p.fd = s;
+        p.events = events;
+        const int r = poll_one(&p, (int) left_ms);
         if (r > 0) return true;
         if (r == 0) return false;
-        if (errno != EINTR) return false;
+        if (!interrupted(socket_error())) return false;
     }
 }
 
 // Sends or receives exactly `n` bytes before the deadline.
-bool transfer(int fd, void * buf, size_t n, bool sending, int64_t deadline_us) {
-    auto * p = static_cast<uint8_t *>(buf);
+bool transfer(SocketHandle s, void * buf, size_t n, bool sending, int64_t deadline_us) {
+    auto * p = static_cast<char *>(buf);
     size_t done = 0;
     while (done < n) {
-        if (!wait_for(fd, sending ? POLLOUT : POLLIN, deadline_us)) return false;
-        const ssize_t r = sending ? ::send(fd, p + done, n - done, MSG_NOSIGNAL) : ::recv(fd, p + done, n - done, 0);
+        if (!wait_for(s, sending ? POLLOUT : POLLIN, deadline_us)) return false;
+        const int chunk = (int) std::min<size_t>(n - done, 1 << 20);
+        const auto r = sending ? ::send(s, p + done, chunk, kSendFlags) : ::recv(s, p + done, chunk, 0);
         if (r > 0) {
             done += (size_t) r;
-        } else if (r == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        } else if (r == 0 || (!interrupted(socket_error()) && !would_block(socket_error()))) {
             return false;
         }
     }
@@ -143,13 +226,13 @@ std::string probe_rpc_server(const std::string & endpoint, double timeout_s) {
     }
     std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addrs(found, ::freeaddrinfo);
 
-    Fd sock(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (sock.get() < 0) {
-        fail(ErrorKind::ModelLoad, where + ": cannot create a socket (" + std::strerror(errno) + ")");
+    Socket sock(open_stream_socket());
+    if (sock.get() == kNoSocket) {
+        fail(ErrorKind::ModelLoad, where + ": cannot create a socket (" + error_text(socket_error()) + ")");
     }
-    if (::connect(sock.get(), addrs->ai_addr, addrs->ai_addrlen) != 0) {
-        if (errno != EINPROGRESS) {
-            fail(ErrorKind::ModelLoad, where + " is unreachable (" + std::strerror(errno) +
+    if (::connect(sock.get(), addrs->ai_addr, (int) addrs->ai_addrlen) != 0) {
+        if (const int err = socket_error(); !connect_pending(err)) {
+            fail(ErrorKind::ModelLoad, where + " is unreachable (" + error_text(err) +
                                            "): start it with `mtp-llm rpc-server --host ... --port " +
                                            std::to_string(e.port) + "` on that machine");
         }
@@ -159,9 +242,9 @@ std::string probe_rpc_server(const std::string & endpoint, double timeout_s) {
         }
         int err = 0;
         socklen_t len = sizeof(err);
-        ::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        ::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, reinterpret_cast<char *>(&err), &len);
         if (err != 0) {
-            fail(ErrorKind::ModelLoad, where + " is unreachable (" + std::strerror(err) +
+            fail(ErrorKind::ModelLoad, where + " is unreachable (" + error_text(err) +
                                            "): start it with `mtp-llm rpc-server --host ... --port " +
                                            std::to_string(e.port) + "` on that machine");
         }

@@ -12,7 +12,9 @@
 #include <string>
 #include <thread>
 
+#if defined(__linux__)
 #include <dirent.h>
+#endif
 
 #include "cpu_backend.hpp"
 #include "errors.hpp"
@@ -158,6 +160,7 @@ int32_t default_threads() {
     return hc == 0 ? 4 : (int32_t) hc;
 }
 
+#if defined(__linux__)
 namespace {
 
 // This process's threads that are running or ready to run (/proc/self/task/*/stat state R), the
@@ -219,6 +222,9 @@ int32_t other_runnable_threads(int32_t readings) {
     }
     return std::max(0, least);
 }
+#else
+int32_t other_runnable_threads(int32_t) { return 0; }  // no /proc: other processes' load is not seen
+#endif
 
 bool has_accelerator() {
     for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {

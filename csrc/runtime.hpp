@@ -24,8 +24,9 @@ std::string with_log(const std::string & msg);
 int64_t now_us();
 int32_t default_threads();
 // Threads of other processes ready to run (Linux: /proc/stat's procs_running less this process's
-// runnable threads, the least of `readings` readings 1 ms apart; 0 where it cannot be read): a
-// session does not start on, or probe, more threads than the cores they leave free.
+// runnable threads, the least of `readings` readings 1 ms apart; 0 where it cannot be read, as on
+// macOS and Windows): a session does not start on, or probe, more threads than the cores they
+// leave free.
 int32_t other_runnable_threads(int32_t readings = 1);
 // A GPU or integrated-GPU backend is registered.
 bool has_accelerator();

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import resource
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +24,11 @@ from typing import Any
 
 from ..options import DraftLength
 from .common import DEFAULT_PROMPTS, draft_lengths, load_prompts
+
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
 
 
 @dataclasses.dataclass
@@ -53,7 +58,11 @@ class ConfigResult:
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """This process's peak resident memory in MiB; 0 where the OS does not say (Windows has no ``resource``)."""
+    if resource is None:
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0
 
 
 class _TimedNative:
