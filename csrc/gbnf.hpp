@@ -101,6 +101,11 @@ inline constexpr int kGrammarNesting = 200;
 inline constexpr size_t kGrammarRules = 10000;
 inline constexpr size_t kGrammarAlternatives = 5000;
 inline constexpr double kGrammarElements = 1e6;
+// Parse states (stacks) llama.cpp's sampler may hold at once: it expands every one at every token,
+// and nested repetitions of something that can match nothing, (("")+)+..., make 2^depth of them.
+inline constexpr size_t kGrammarStates = 20000;
+// Work (stack elements copied) the check of those states may do, for every rule together.
+inline constexpr size_t kGrammarCheckWork = 10000000;
 
 // A GrammarError naming the bound `text` exceeds; nothing when within them.
 void check_grammar_bounds(const std::string & text);

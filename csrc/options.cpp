@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <regex>
+#include <set>
 
 #include "chat_grammar.hpp"
 #include "chat_sampling.hpp"
@@ -205,6 +206,47 @@ std::string locate_grammar_error(const std::string & what, const std::string & t
     return where + (rest.empty() ? ", the end of the grammar" : next.empty() ? ", the end of the line" : ", before '" + next + "'");
 }
 
+// The parse states llama.cpp reaches when a reference to `rule` is on top of its stack, counted
+// as its llama_grammar_advance_stack expands them (each distinct stack once), up to `cap` + 1.
+// 0 when a stack grows deeper than there are rules: left recursion, which llama.cpp's own
+// check rejects. Marks each rule it enters in `entered` (entering one of them alone reaches no
+// more states), and counts the stack elements it copies in `work`.
+size_t grammar_states_from(const llama_grammar_rules & rules, uint32_t rule, size_t cap, std::vector<char> & entered,
+                           size_t & work) {
+    const llama_grammar_element top[2] = {{LLAMA_GRETYPE_RULE_REF, rule}, {LLAMA_GRETYPE_END, 0}};
+    auto is_end = [](const llama_grammar_element * e) {
+        return e->type == LLAMA_GRETYPE_END || e->type == LLAMA_GRETYPE_ALT;
+    };
+    auto before = [](const llama_grammar_stack & a, const llama_grammar_stack & b) {
+        return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                            std::less<const llama_grammar_element *>());
+    };
+    std::set<llama_grammar_stack, decltype(before)> seen(before);
+    std::vector<llama_grammar_stack> todo = {{&top[0]}};
+    while (!todo.empty() && seen.size() <= cap && work <= kGrammarCheckWork) {
+        llama_grammar_stack stack = std::move(todo.back());
+        todo.pop_back();
+        if (stack.size() > rules.size() + 1) {
+            return 0;
+        }
+        if (stack.empty() || stack.back()->type != LLAMA_GRETYPE_RULE_REF || !seen.insert(stack).second) {
+            continue;  // a finished or terminal stack is one state; nothing to expand
+        }
+        const llama_grammar_element * pos = stack.back();
+        entered[pos->value] = 1;
+        for (const llama_grammar_element * alt = rules[pos->value].data();; ++alt) {
+            llama_grammar_stack next(stack.begin(), stack.end() - 1);
+            if (!is_end(pos + 1)) next.push_back(pos + 1);
+            if (!is_end(alt)) next.push_back(alt);
+            work += next.size() + 1;
+            todo.push_back(std::move(next));
+            while (!is_end(alt)) ++alt;
+            if (alt->type != LLAMA_GRETYPE_ALT) break;
+        }
+    }
+    return seen.size();
+}
+
 // Whether some character can start the parsed grammar (or it accepts the empty text): a stack
 // of its initial state whose next element is a character class that matches any code point.
 // Checked once per call, before generation: llama.cpp's sampler would throw mid-generation.
@@ -276,6 +318,28 @@ void check_grammar_syntax(const std::string & text, const llama_vocab * vocab, b
     }
     if (!why.empty()) {
         fail(ErrorKind::Grammar, "the grammar does not parse: " + why + "; fix the GBNF grammar");
+    }
+    size_t work = 0;
+    std::vector<char> entered(parser.rules.size());
+    for (uint32_t rule = 0; rule < parser.rules.size(); ++rule) {
+        if (entered[rule] || parser.rules[rule].empty()) {
+            continue;
+        }
+        const size_t states = grammar_states_from(parser.rules, rule, kGrammarStates, entered, work);
+        if (work > kGrammarCheckWork) {
+            fail(ErrorKind::Grammar, "the grammar is too large to check: its rules expand into over " +
+                                         std::to_string(kGrammarCheckWork) + " parse-stack elements; simplify the "
+                                         "grammar");
+        }
+        if (states > kGrammarStates) {
+            const auto named = std::find_if(parser.symbol_ids.begin(), parser.symbol_ids.end(),
+                                            [&](const auto & entry) { return entry.second == rule; });
+            fail(ErrorKind::Grammar, "the grammar is too ambiguous: entering rule '" +
+                                         (named == parser.symbol_ids.end() ? "?" : named->first) + "' gives over " +
+                                         std::to_string(kGrammarStates) + " parse states, each expanded at every "
+                                         "token (repetitions nested around something that can match nothing, as in "
+                                         "((\"\")+)+ or (\"a\"?)**); simplify the grammar");
+        }
     }
     if (needs_root && !grammar_can_start(parser, vocab)) {
         fail(ErrorKind::Grammar, "no text can start the grammar: every way into its root rule begins with a "

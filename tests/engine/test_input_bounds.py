@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from mtp_llm import Model
+from tests.helpers import make_session
 
 PRELUDE = """
 import json, sys, mtp_llm
@@ -89,6 +93,18 @@ CASES: dict[str, tuple[str, str, str]] = {
     ),
     "grammar: a repetition expanding to 10^9 elements": (
         "def case(): generate(grammar='root ::= (\"a\"{0,100000}){0,10000}')", "GrammarError", "expands to over",
+    ),
+    "grammar: 30 repetitions stacked on an empty group (found by tools/fuzz.py: a hang)": (
+        "def case(): generate(grammar='root ::= ((\"\"))' + '+' * 30)", "GrammarError",
+        "entering rule 'root' gives over 20000 parse states",
+    ),
+    "grammar: the same after a literal, reached only once 'a' is generated": (
+        "def case(): generate(grammar='root ::= \"a\" item\\nitem ::= ((\"\"))' + '*+' * 15)", "GrammarError",
+        "too ambiguous",
+    ),
+    "grammar: left recursion, a rule that starts with itself (a hang of the check before llama.cpp's)": (
+        "def case(): generate(grammar='root ::= \"\"\\nr4 ::= [^\"]+ r4 | \"b\" | r4 (r4)?')", "GrammarError",
+        "left recursion",
     ),
     "history: tool-call arguments nested 30,000 deep (Qwen3)": (
         "def case(): ChatFormat(Model.load(qwen3)).render(HI + [call('{\"a\": ' + deep_list(30000) + '}')])",
@@ -168,3 +184,13 @@ def test_hostile_input_raises_and_process_serves(name: str, paths: tuple[str, st
     seconds = float(next(line for line in lines if line.startswith("SECONDS")).split()[1])
     assert seconds < 10, f"{seconds:.1f} s"
 
+
+
+def test_a_grammar_of_3000_chained_rules_is_accepted(tiny_paths: dict[str, Path]) -> None:
+    """The ambiguity check enters each rule once: a long chain of rules is no reason to refuse a grammar."""
+    grammar = "root ::= r0\n" + "".join(f'r{i} ::= r{i + 1} "x"\n' for i in range(3000)) + 'r3000 ::= "a"\n'
+    session = make_session(Model.load(tiny_paths["random"]), n_draft=2)
+    started = time.perf_counter()
+    text = session.generate("Hi", max_tokens=3, temp=0, grammar=grammar)
+    assert text[0] == "a" and set(text[1:]) == {"x"}, text
+    assert time.perf_counter() - started < 10
