@@ -2,6 +2,7 @@
 
     .venv/bin/python tools/fuzz.py --seconds 600 --seed 1                # every campaign, 10 min each
     .venv/bin/python tools/fuzz.py --campaign grammar --cases 10000 --seed 7
+    .venv/bin/python tools/fuzz.py --replay build/fuzz-findings/*              # kept findings, each alone
 
 Campaigns (structure-aware generators in tests/helpers/input_fuzz.py and tests/helpers/gguf_fuzz.py):
 
@@ -255,6 +256,28 @@ class Campaign:
         }
 
 
+def replay(args: argparse.Namespace, config: dict[str, Any], tmp: Path) -> int:
+    """Each finding run alone: ok or its MTPError (fixed), or still a death or a hang. Exit status 1 for the latter."""
+    args.keep = str(tmp / "kept")  # a finding that still fails is not kept a second time
+    failed = False
+    for finding in map(Path, args.replay):
+        name = max((c for c in CAMPAIGNS if finding.name.startswith(c + "-")), key=len, default=None)
+        if name is None:
+            print(f"{finding}: not a kept finding (its name starts with none of {', '.join(CAMPAIGNS)})")
+            failed = True
+            continue
+        case = {"path": str(finding)} if finding.suffix == ".gguf" else json.loads(finding.read_text())
+        campaign = Campaign(name, args, config, tmp)
+        campaign.run_batch([case], alone=True)
+        if campaign.hangs or campaign.deaths:
+            verdict = "still a hang" if campaign.hangs else "still a death: " + next(iter(campaign.deaths))
+            failed = True
+        else:
+            verdict = "fixed: " + next(iter(campaign.outcomes))
+        print(f"{finding}: {verdict}", flush=True)
+    return 1 if failed else 0
+
+
 def main() -> int:
     if "--worker" in sys.argv:
         worker()
@@ -269,6 +292,8 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="the GGUF the gguf campaigns mutate (default: the tiny hybrid)")
     parser.add_argument("--keep", default="build/fuzz-findings", help="where inputs that killed or hung a child go")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON lines")
+    parser.add_argument("--replay", nargs="+", metavar="FINDING",
+                        help="run kept findings again, each alone (its campaign is its file name's first word)")
     args = parser.parse_args()
 
     from mtp_llm.gguf.tiny_models import make_tiny_models
@@ -281,6 +306,8 @@ def main() -> int:
     config = {"random": str(tiny["random"]), "chat_models": [str(templates[n]) for n in CHAT_MODELS]}
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
+        if args.replay:
+            return replay(args, config, Path(tmp))
         for name in args.campaign or CAMPAIGNS:
             campaign = Campaign(name, args, config, Path(tmp))
             started = time.monotonic()
