@@ -208,9 +208,13 @@ std::string locate_grammar_error(const std::string & what, const std::string & t
 
 // The parse states llama.cpp reaches when a reference to `rule` is on top of its stack, counted
 // as its llama_grammar_advance_stack expands them (each distinct stack once), up to `cap` + 1.
-// 0 when a stack grows deeper than there are rules: left recursion, which llama.cpp's own
-// check rejects. Marks each rule it enters in `entered` (entering one of them alone reaches no
-// more states), and counts the stack elements it copies in `work`.
+// kLeftRecursive when a stack grows deeper than there are rules: some rule reaches itself before
+// any text with a continuation pending, and llama.cpp would expand it without end (its own check
+// misses it when the way passes rules that match nothing only through other rules). Marks each
+// rule it enters in `entered` (entering one of them alone reaches no more states), and counts the
+// stack elements it copies in `work`.
+constexpr size_t kLeftRecursive = SIZE_MAX;
+
 size_t grammar_states_from(const llama_grammar_rules & rules, uint32_t rule, size_t cap, std::vector<char> & entered,
                            size_t & work) {
     const llama_grammar_element top[2] = {{LLAMA_GRETYPE_RULE_REF, rule}, {LLAMA_GRETYPE_END, 0}};
@@ -227,7 +231,7 @@ size_t grammar_states_from(const llama_grammar_rules & rules, uint32_t rule, siz
         llama_grammar_stack stack = std::move(todo.back());
         todo.pop_back();
         if (stack.size() > rules.size() + 1) {
-            return 0;
+            return kLeftRecursive;
         }
         if (stack.empty() || stack.back()->type != LLAMA_GRETYPE_RULE_REF || !seen.insert(stack).second) {
             continue;  // a finished or terminal stack is one state; nothing to expand
@@ -331,11 +335,18 @@ void check_grammar_syntax(const std::string & text, const llama_vocab * vocab, b
                                          std::to_string(kGrammarCheckWork) + " parse-stack elements; simplify the "
                                          "grammar");
         }
-        if (states > kGrammarStates) {
+        auto name = [&] {
             const auto named = std::find_if(parser.symbol_ids.begin(), parser.symbol_ids.end(),
                                             [&](const auto & entry) { return entry.second == rule; });
-            fail(ErrorKind::Grammar, "the grammar is too ambiguous: entering rule '" +
-                                         (named == parser.symbol_ids.end() ? "?" : named->first) + "' gives over " +
+            return named == parser.symbol_ids.end() ? std::string("?") : named->first;
+        };
+        if (states == kLeftRecursive) {
+            fail(ErrorKind::Grammar, "the grammar is left-recursive: from rule '" + name() + "' a rule reaches itself "
+                                     "before matching any text (through rules that can match nothing), so its "
+                                     "parse never ends; start each repetition with text");
+        }
+        if (states > kGrammarStates) {
+            fail(ErrorKind::Grammar, "the grammar is too ambiguous: entering rule '" + name() + "' gives over " +
                                          std::to_string(kGrammarStates) + " parse states, each expanded at every "
                                          "token (repetitions nested around something that can match nothing, as in "
                                          "((\"\")+)+ or (\"a\"?)**); simplify the grammar");

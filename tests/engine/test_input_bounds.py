@@ -104,7 +104,11 @@ CASES: dict[str, tuple[str, str, str]] = {
     ),
     "grammar: left recursion, a rule that starts with itself (a hang of the check before llama.cpp's)": (
         "def case(): generate(grammar='root ::= \"\"\\nr4 ::= [^\"]+ r4 | \"b\" | r4 (r4)?')", "GrammarError",
-        "left recursion",
+        "left-recursive: from rule 'r4'",
+    ),
+    "grammar: left recursion through a rule that matches nothing (llama.cpp's check misses it: out of memory)": (
+        "def case(): generate(grammar='root ::= s\\ns ::= g s \"x\" | \"y\"\\ng ::= ((\"\"))')", "GrammarError",
+        "left-recursive",
     ),
     "history: tool-call arguments nested 30,000 deep (Qwen3)": (
         "def case(): ChatFormat(Model.load(qwen3)).render(HI + [call('{\"a\": ' + deep_list(30000) + '}')])",
