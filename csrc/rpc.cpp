@@ -146,7 +146,7 @@ Endpoint parse(const std::string & endpoint) {
     return e;
 }
 
-// Waits for `events` on `fd` until the deadline; false on timeout.
+// Waits for `events` on socket `s` until the deadline; false on timeout.
 bool wait_for(SocketHandle s, short events, int64_t deadline_us) {
     for (;;) {
         const int64_t left_ms = (deadline_us - now_us()) / 1000;
